@@ -1,0 +1,109 @@
+"""The packed-row model: a row of several sequences gives the same outputs as each sequence alone,
+and the whole model matches Hugging Face's BertForPreTraining with the same weights."""
+
+import numpy as np
+import pytest
+import torch
+
+from tests.bert.synthetic import make_sequence
+from training.bert.data import collate
+from training.bert.model import (
+    _LAYER,
+    _TOP,
+    BertForPackedPretraining,
+    BertShape,
+    from_hf_state_dict,
+    pretraining_loss,
+)
+
+SHAPE = BertShape(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def packed_row(seqs):
+    offsets = np.concatenate([[0], np.cumsum([len(s[0]) for s in seqs])[:-1]])
+    return (
+        np.concatenate([s[0] for s in seqs]), np.concatenate([s[1] for s in seqs]),
+        np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]), np.concatenate([s[3] for s in seqs]),
+        np.array([len(s[0]) for s in seqs]), np.array([len(s[2]) for s in seqs]),
+        np.array([s[4] for s in seqs]),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return BertForPackedPretraining(SHAPE).double().eval()
+
+
+@pytest.fixture(scope="module")
+def seqs():
+    rng = np.random.default_rng(1)
+    return [make_sequence(rng, n) for n in (130, 200, 170)]
+
+
+def test_packed_row_equals_sequences_one_by_one(model, seqs):
+    with torch.no_grad():
+        mlm, nsp = model(collate([packed_row(seqs)], 512))
+        alone = [model(collate([packed_row([s])], 512)) for s in seqs]
+    torch.testing.assert_close(mlm, torch.cat([a[0] for a in alone]), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(nsp, torch.cat([a[1] for a in alone]), rtol=1e-10, atol=1e-10)
+
+
+def test_batch_indices_restart_per_sequence(seqs):
+    b = collate([packed_row(seqs), packed_row(seqs[:1])], 512)
+    assert b.position_ids[0, 130].item() == 0 and b.position_ids[0, 129].item() == 129
+    assert b.seq_ids[0, :500].unique().tolist() == [1, 2, 3] and b.seq_ids[0, 500:].eq(0).all()
+    assert b.cls_index.tolist() == [0, 130, 330, 512]
+    assert b.cu_seqlens.tolist() == [0, 130, 330, 500, 512, 642, 1024]
+    assert b.num_sequences == 4 and len(b.mlm_index) == len(b.mlm_labels)
+
+
+def test_loss_is_finite_and_backward_reaches_every_parameter(seqs):
+    torch.manual_seed(0)
+    m = BertForPackedPretraining(SHAPE)
+    b = collate([packed_row(seqs)], 512)
+    loss, correct = pretraining_loss(*m(b), b)
+    loss.backward()
+    assert torch.isfinite(loss) and 0 <= int(correct) <= len(b.mlm_labels)
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def to_hf(ours: dict, layers: int) -> dict:
+    """Inverse of from_hf_state_dict (the test checks the round trip)."""
+    hf = {theirs: ours[mine] for theirs, mine in _TOP.items()}
+    for i in range(layers):
+        weights, biases = ours[f"layers.{i}.qkv.weight"].chunk(3), ours[f"layers.{i}.qkv.bias"].chunk(3)
+        for name, w, bias in zip(("query", "key", "value"), weights, biases):
+            hf[f"bert.encoder.layer.{i}.attention.self.{name}.weight"] = w
+            hf[f"bert.encoder.layer.{i}.attention.self.{name}.bias"] = bias
+        for theirs, mine in _LAYER.items():
+            for s in ("weight", "bias"):
+                hf[f"bert.encoder.layer.{i}.{theirs}.{s}"] = ours[f"layers.{i}.{mine}.{s}"]
+    return hf
+
+
+def test_matches_hugging_face_bert(model, seqs):
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.BertConfig(vocab_size=SHAPE.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
+                                     attn_implementation="eager")  # fmt: skip
+    hf = transformers.BertForPreTraining(hf_cfg).double().eval()
+    state = to_hf(model.state_dict(), SHAPE.num_hidden_layers)
+    state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and all("decoder.weight" in k or "position_ids" in k for k in missing)
+    hf.tie_weights()
+    torch.testing.assert_close(from_hf_state_dict(hf.state_dict(), 2)["layers.1.qkv.weight"],
+                               model.state_dict()["layers.1.qkv.weight"])  # fmt: skip
+    b = collate([packed_row(seqs)], 512)
+    with torch.no_grad():
+        mlm, nsp = model(b)
+        for i, s in enumerate(seqs):
+            out = hf(input_ids=torch.from_numpy(s[0].astype(np.int64))[None],
+                     token_type_ids=torch.from_numpy(s[1].astype(np.int64))[None])  # fmt: skip
+            torch.testing.assert_close(out.seq_relationship_logits[0], nsp[i], rtol=1e-9, atol=1e-9)
+        first = seqs[0]
+        out = hf(input_ids=torch.from_numpy(first[0].astype(np.int64))[None],
+                 token_type_ids=torch.from_numpy(first[1].astype(np.int64))[None])  # fmt: skip
+        torch.testing.assert_close(out.prediction_logits[0, first[2].astype(np.int64)], mlm[: len(first[2])],
+                                   rtol=1e-9, atol=1e-9)  # fmt: skip

@@ -1,0 +1,46 @@
+"""Attention over packed rows: each token attends only to tokens of its own sequence.
+
+Implementations (chosen once at start by `training.common.backends.choose_attention`):
+- `sdpa`: PyTorch scaled_dot_product_attention with a block-diagonal boolean mask per row. Runs
+  everywhere (CPU included) and supports attention dropout; it computes the masked-out blocks too.
+- `flash_attn`: flash-attn's varlen kernel over the flattened rows (`cu_seqlens`), no padding work.
+- `torch_varlen`: PyTorch's own varlen kernel (CUDA); it has no dropout, so it serves eval only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+IMPLS = ("sdpa", "flash_attn", "torch_varlen")
+
+
+def block_diagonal_mask(seq_ids: torch.Tensor) -> torch.Tensor:
+    """[B, L] sequence ids -> [B, 1, L, L] bool mask (True = may attend). Padding attends to padding so
+    that no row of the softmax is empty; its outputs are never read."""
+    return seq_ids[:, None, :, None] == seq_ids[:, None, None, :]
+
+
+def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Tensor:
+    """q, k, v: [B, L, heads, head_dim] -> context [B, L, heads, head_dim]."""
+    B, L, heads, dim = q.shape
+    if impl == "sdpa":
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            attn_mask=block_diagonal_mask(b.seq_ids), dropout_p=dropout_p,
+        )  # fmt: skip
+        return out.transpose(1, 2)
+    flat = [t.reshape(B * L, heads, dim) for t in (q, k, v)]
+    if impl == "flash_attn":
+        from flash_attn import flash_attn_varlen_func
+
+        out = flash_attn_varlen_func(*flat, b.cu_seqlens, b.cu_seqlens, b.max_seqlen, b.max_seqlen, dropout_p)
+        return out.view(B, L, heads, dim)
+    if impl == "torch_varlen":
+        if dropout_p:
+            raise ValueError("torch_varlen attention has no dropout; it is for eval only")
+        from torch.nn.attention.varlen import varlen_attn
+
+        out = varlen_attn(*flat, b.cu_seqlens, b.cu_seqlens, b.max_seqlen, b.max_seqlen)
+        return out.view(B, L, heads, dim)
+    raise ValueError(f"unknown attention implementation {impl!r} (known: {', '.join(IMPLS)})")

@@ -1,0 +1,121 @@
+"""The BERT phase-2 run's settings, read once from the sourced config (AMD's and NVIDIA's variable names)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.common.config import ConfigError, env_names, from_env, var
+
+OFFICIAL_TARGET = 0.720
+ATTENTION_CHOICES = ("auto", "sdpa", "flash_attn", "torch_varlen")
+PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    datadir: Path = var("DATADIR", help="prepared data: phase1/, hdf5/packed_data, hdf5/eval_varlength")
+    batch_size: int = var("BATCHSIZE", help="packed rows per GPU per micro-step")
+    lr: float = var("LR", help="LAMB base learning rate")
+    max_steps: int = var("MAX_STEPS", help="length of the LR schedule in optimizer steps")
+    gradient_steps: int = var("GRADIENT_STEPS", 1)
+    packing_factor: float = var("PACKING_FACTOR", 2.0, help="average sequences per packed row")
+    warmup_proportion: float = var("WARMUP_PROPORTION", 0.0)
+    warmup_steps: int = var("WARMUP_STEPS", 0)
+    start_warmup_step: int = var("START_WARMUP_STEP", 0)
+    beta1: float = var("OPT_LAMB_BETA_1", 0.9)
+    beta2: float = var("OPT_LAMB_BETA_2", 0.999)
+    weight_decay: float = var("WEIGHT_DECAY_RATE", 0.01)
+    lamb_epsilon: float = var("OPT_LAMB_EPSILON", 1e-6)
+    max_grad_norm: float = var("MAX_GRAD_NORM", 1.0)
+    max_samples_termination: int = var("MAX_SAMPLES_TERMINATION", 4_500_000)
+    eval_iter_start_samples: int = var("EVAL_ITER_START_SAMPLES", 150_000)
+    eval_iter_samples: int = var("EVAL_ITER_SAMPLES", 150_000)
+    eval_batch_size: int = var("EVAL_BATCH_SIZE", 16, help="eval sequences per GPU per forward")
+    num_eval_examples: int = var("NUM_EVAL_EXAMPLES", 10_000)
+    target_accuracy: float = var("TARGET_MLM_ACCURACY", OFFICIAL_TARGET)
+    max_seq_length: int = var("MAX_SEQ_LENGTH", 512)
+    max_predictions_per_seq: int = var("MAX_PREDICTIONS_PER_SEQ", 76)
+    phase: int = var("PHASE", 2)
+    init_loss_scale: float = var("INIT_LOSS_SCALE", 1024.0, help="initial loss scale (fp16 only)")
+    seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
+    bert_config_path: Path | None = var(
+        "BERT_CONFIG_PATH", None, help="default DATADIR/phase1/bert_config.json"
+    )
+    init_checkpoint: str = var(
+        "INIT_CHECKPOINT", "phase1", help="'phase1' (the converted checkpoint), a path, or 'none'"
+    )
+    train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
+    eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
+    attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn | torch_varlen (eval only)")
+    precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
+    compile: bool = var("COMPILE", False, help="torch.compile the model")
+    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
+    org: str = var("MLPERF_SUBMISSION_ORG", "reference_implementation")
+    platform: str = var("MLPERF_SUBMISSION_PLATFORM", "unknown")
+    system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
+    num_nodes: int = var("DGXNNODES", 1)
+    gpus_per_node: int = var("DGXNGPU", 1)
+    clear_caches: bool = var(
+        "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
+    )
+    logdir: Path | None = var("LOGDIR", None)
+    run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
+    is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run (tiny model, lower target)")
+
+    def __post_init__(self):
+        problems = []
+        positive = ("batch_size", "max_steps", "gradient_steps", "eval_iter_samples", "eval_batch_size",
+                    "num_eval_examples", "max_samples_termination", "log_freq")  # fmt: skip
+        env = env_names(type(self))
+        problems += [f"{env[name]} must be > 0" for name in positive if getattr(self, name) <= 0]
+        if not 0 < self.target_accuracy < 1:
+            problems.append(f"TARGET_MLM_ACCURACY={self.target_accuracy} must be in (0, 1)")
+        if self.attention not in ATTENTION_CHOICES:
+            problems.append(f"ATTENTION={self.attention!r} is not one of {', '.join(ATTENTION_CHOICES)}")
+        if self.precision not in PRECISION_CHOICES:
+            problems.append(f"PRECISION={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)}")
+        if self.phase != 2:
+            problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
+        if not 1 <= self.packing_factor <= 3:
+            problems.append(f"PACKING_FACTOR={self.packing_factor} must be between 1 and 3 sequences per row")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @classmethod
+    def from_env(cls, environ, config_vars=()) -> BertConfig:
+        return from_env(cls, environ, config_vars)
+
+    # Derived values, named as MLPerf logs them.
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def global_batch_size(self, world_size: int) -> int:
+        """Samples per optimizer step as MLPerf counts them: rows x packing factor (NVIDIA/AMD convention)."""
+        return round(self.batch_size * self.gradient_steps * world_size * self.packing_factor)
+
+    def num_warmup_steps(self) -> int:
+        return self.warmup_steps or round(self.warmup_proportion * self.max_steps)
+
+    def eval_steps(self, world_size: int) -> list[int]:
+        """Optimizer steps after which to evaluate: EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES."""
+        gbs = self.global_batch_size(world_size)
+        starts = range(self.eval_iter_start_samples, self.max_samples_termination + self.eval_iter_samples,
+                       self.eval_iter_samples)  # fmt: skip
+        return sorted({math.ceil(s / gbs) for s in starts})
+
+    def max_train_steps(self, world_size: int) -> int:
+        return math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+
+    def paths(self) -> dict[str, Path | None]:
+        phase1 = self.datadir / "phase1"
+        ckpt = {"phase1": phase1 / "model.ckpt-28252.pt", "none": None}.get(self.init_checkpoint)
+        return {
+            "bert_config": self.bert_config_path or phase1 / "bert_config.json",
+            "init_checkpoint": ckpt
+            if self.init_checkpoint in ("phase1", "none")
+            else Path(self.init_checkpoint),
+            "train_dir": self.train_dir or self.datadir / "hdf5" / "packed_data",
+            "eval_dir": self.eval_dir or self.datadir / "hdf5" / "eval_varlength",
+        }

@@ -1,0 +1,210 @@
+"""BERT-Large phase-2 pretraining, MLPerf Training rules: `torchrun -m training.bert.train`.
+
+Setup (untimed, between init_start and init_stop), then the timed run: train on packed rows, evaluate
+masked-LM accuracy at the scheduled sample counts, stop at the target (`success`) or at
+MAX_SAMPLES_TERMINATION (`aborted`). A NaN/inf loss also ends the run `aborted`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from training.bert import data
+from training.bert.config import OFFICIAL_TARGET, BertConfig
+from training.bert.model import BertForPackedPretraining, BertShape, load_pretrained, pretraining_loss
+from training.bert.optim import Lamb, param_groups, poly_warmup_lr
+from training.common import backends, dist
+from training.common.config import ConfigError, write_effective_config
+from training.common.mllog import MLLogger, constants
+
+
+def main() -> int:
+    cfg = BertConfig.from_env(os.environ, os.environ.get("CONFIG_VARS", "").split())
+    info = dist.init_distributed()
+    mllog = MLLogger(info.rank)
+    mllog.event(constants.CACHE_CLEAR, cfg.clear_caches)
+    mllog.start(constants.INIT_START)
+    mllog.submission("bert", cfg.org, cfg.platform, cfg.num_nodes)
+
+    seed = dist.broadcast_int(
+        cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31), info.device
+    )
+    mllog.event(constants.SEED, seed)
+    dist.seed_everything(seed + info.rank)
+    gbs = cfg.global_batch_size(info.world_size)
+    log_hyperparameters(mllog, cfg, gbs)
+
+    paths = cfg.paths()
+    shape = BertShape.from_json(paths["bert_config"])
+    attention = backends.choose_attention(cfg.attention)
+    precision = backends.choose_precision(cfg.precision)
+    model = BertForPackedPretraining(shape, attention)
+    if paths["init_checkpoint"] is not None:
+        load_pretrained(model, paths["init_checkpoint"])
+    model.to(info.device)
+    chosen = {"attention": attention, "precision": precision, "optimizer": "lamb_foreach",
+              "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,
+              "platform": backends.platform_name()}  # fmt: skip
+    for key, value in chosen.items():
+        mllog.event(f"backend_{key}", value)
+    mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
+
+    optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm)  # fmt: skip
+    train_model = apply_data_parallel(apply_compile(model, cfg.compile), info)
+    autocast = autocast_context(precision, info.device)
+    if cfg.logdir and cfg.run_tag and info.is_main:
+        extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
+                 "versions": backends.versions(), "available": backends.available()}  # fmt: skip
+        write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
+    eval_steps = set(cfg.eval_steps(info.world_size))
+    max_steps = cfg.max_train_steps(info.world_size)
+    dist.barrier()
+    mllog.end(constants.INIT_STOP)
+
+    # ---- timed region: MLPerf's clock starts before any training data is touched ----
+    mllog.start(constants.RUN_START)
+    mllog.start(constants.BLOCK_START, metadata={"first_epoch_num": 0, "epoch_count": 1})
+    batches = data.Prefetcher(
+        data.train_batches(
+            data.list_shards(paths["train_dir"]),
+            info.rank,
+            info.world_size,
+            cfg.batch_size,
+            cfg.max_seq_length,
+            seed,
+        ),  # fmt: skip
+        info.device,
+    )
+    eval_set = None
+    status, accuracy, step, samples = constants.ABORTED, 0.0, 0, 0
+    train_time, window_start, window_samples = 0.0, time.perf_counter(), 0
+    finite = torch.ones((), dtype=torch.bool, device=info.device)
+    while step < max_steps:
+        for lr_group in optimizer.param_groups:
+            lr_group["lr"] = poly_warmup_lr(
+                step, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step
+            )
+        for micro in range(cfg.gradient_steps):
+            batch = next(batches).to(info.device)
+            sync = micro == cfg.gradient_steps - 1 or info.world_size == 1
+            with nullcontext() if sync else train_model.no_sync(), autocast:
+                loss, _ = pretraining_loss(*train_model(batch), batch)
+            (loss / cfg.gradient_steps).backward()
+            finite &= torch.isfinite(loss.detach())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        samples += gbs
+        window_samples += gbs
+        if step % cfg.log_freq == 0 or step in eval_steps or step == max_steps:
+            if dist.all_reduce_sum((~finite).float()).item() > 0:  # every rank must agree to stop
+                print(f"bert: non-finite loss at step {step}; ending the run as aborted", file=sys.stderr)
+                break
+            if info.is_main and step % cfg.log_freq == 0:
+                print(
+                    f"step {step} samples {samples} loss {loss.item():.4f} "
+                    f"lr {optimizer.param_groups[0]['lr']:.3e}"
+                )
+        if step not in eval_steps:
+            continue
+        train_time += time.perf_counter() - window_start
+        mllog.start(constants.EVAL_START, metadata={"epoch_num": samples})
+        if eval_set is None:  # read once, kept on the device for every later eval
+            eval_set = [b.to(info.device) for b in data.eval_batches(
+                paths["eval_dir"], cfg.num_eval_examples, info.rank, info.world_size, cfg.eval_batch_size,
+                cfg.max_seq_length)]  # fmt: skip
+        accuracy = evaluate(model, eval_set, autocast, info.device)
+        mllog.end(constants.EVAL_STOP, metadata={"epoch_num": samples})
+        mllog.event(constants.EVAL_ACCURACY, accuracy, metadata={"epoch_num": samples})
+        throughput = window_samples / max(train_time, 1e-9)
+        mllog.event(
+            "tracked_stats", {"throughput": throughput, "epoch_num": samples}, metadata={"step": step}
+        )
+        if accuracy >= cfg.target_accuracy:
+            status = constants.SUCCESS
+            break
+        window_start, window_samples, train_time = time.perf_counter(), 0, 0.0
+    mllog.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 0})
+    mllog.event(constants.TRAIN_SAMPLES, samples)
+    mllog.event(constants.EVAL_SAMPLES, data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples))
+    mllog.end(constants.RUN_STOP, metadata={"status": status})
+    dist.shutdown()
+    return 0 if status == constants.SUCCESS else 1
+
+
+def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
+    """Every key the BERT closed rules require, plus the ones NVIDIA logs for the reader."""
+    mllog.hyperparameters({
+        constants.GLOBAL_BATCH_SIZE: gbs,
+        "d_batch_size": cfg.batch_size,
+        constants.GRADIENT_ACCUMULATION_STEPS: cfg.gradient_steps,
+        "max_predictions_per_seq": cfg.max_predictions_per_seq,
+        constants.MAX_SEQUENCE_LENGTH: cfg.max_seq_length,
+        constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
+        constants.NUM_WARMUP_STEPS: cfg.num_warmup_steps(),
+        constants.OPT_BASE_LR: cfg.lr,
+        constants.OPT_LAMB_EPSILON: cfg.lamb_epsilon,
+        constants.OPT_LR_WARMUP_STEPS: cfg.num_warmup_steps(),
+        constants.START_WARMUP_STEP: cfg.start_warmup_step,
+        constants.OPT_LAMB_BETA_1: cfg.beta1,
+        constants.OPT_LAMB_BETA_2: cfg.beta2,
+        constants.OPT_LAMB_WEIGHT_DECAY: cfg.weight_decay,
+        "opt_lamb_learning_rate_decay_poly_power": 1.0,
+        "target_accuracy": cfg.target_accuracy,
+    })  # fmt: skip
+    if cfg.target_accuracy != OFFICIAL_TARGET:
+        print(f"bert: TARGET_MLM_ACCURACY={cfg.target_accuracy} is not MLPerf's {OFFICIAL_TARGET}: "
+              "this run is NOT a valid MLPerf result", file=sys.stderr)  # fmt: skip
+
+
+def apply_compile(model: torch.nn.Module, enabled: bool) -> torch.nn.Module:
+    return torch.compile(model) if enabled else model
+
+
+def apply_data_parallel(model: torch.nn.Module, info: dist.DistInfo) -> torch.nn.Module:
+    if info.world_size == 1:
+        return model
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp16":
+        return torch.autocast(device.type, dtype=torch.float16)
+    if precision == "fp8":
+        raise ConfigError("PRECISION=fp8 for BERT is not implemented yet (see perf/RESULTS.md); use bf16")
+    return nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model, eval_set, autocast, device) -> float:
+    """Masked-LM accuracy over all ranks, weighted by masked tokens."""
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    for batch in eval_set:
+        with autocast:
+            mlm_logits, _ = model(batch)
+        totals[0] += (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
+        totals[1] += batch.mlm_labels.numel()
+    model.train()
+    correct, count = dist.all_reduce_sum(totals).tolist()
+    return correct / count if count else math.nan
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (ConfigError, data.DataError, FileNotFoundError, ValueError) as err:
+        print(f"bert: error: {err}", file=sys.stderr)
+        sys.exit(2)

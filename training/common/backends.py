@@ -1,0 +1,73 @@
+"""One provider per concern: which accelerator library each part of a run uses, chosen once at start and
+logged. Vendor libraries (Transformer Engine, apex, flash-attn) are used when the image has them; the
+PyTorch-native paths are what runs everywhere else."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+
+import torch
+
+OPTIONAL = {
+    "transformer_engine": "transformer_engine",
+    "apex": "apex",
+    "flash_attn": "flash_attn",
+    "torchao": "torchao",
+    "megatron_core": "megatron.core",
+}
+
+
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def available() -> dict[str, bool]:
+    return {name: importable(module) for name, module in OPTIONAL.items()}
+
+
+def platform_name() -> str:
+    if torch.cuda.is_available():
+        return "rocm" if torch.version.hip else "cuda"
+    return "cpu"
+
+
+def choose_attention(requested: str) -> str:
+    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch SDPA with a block mask."""
+    gpu = torch.cuda.is_available()
+    if requested == "auto":
+        return "flash_attn" if gpu and importable("flash_attn") else "sdpa"
+    if requested == "flash_attn" and not (gpu and importable("flash_attn")):
+        raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
+    return requested
+
+
+def choose_precision(requested: str) -> str:
+    """`auto`: bf16 on a GPU, fp32 on the CPU. `fp8` needs Transformer Engine or torchao."""
+    if requested == "auto":
+        return "bf16" if torch.cuda.is_available() else "fp32"
+    if requested == "fp8" and not (importable("transformer_engine") or importable("torchao")):
+        raise ValueError("PRECISION=fp8 needs Transformer Engine or torchao; neither is importable")
+    return requested
+
+
+def versions() -> dict[str, str]:
+    """Versions worth recording with every run."""
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    if torch.version.hip:
+        out["hip"] = torch.version.hip
+    for name, module in OPTIONAL.items():
+        if importable(module):
+            try:
+                out[name] = importlib.import_module(module.split(".")[0]).__version__
+            except (ImportError, AttributeError):
+                out[name] = "unknown"
+    from importlib.metadata import version
+
+    out["mlperf_logging"] = version("mlperf-logging")
+    return out

@@ -1,0 +1,126 @@
+"""Benchmark configs: sourced `export NAME=value` shell files, read here once into a frozen dataclass.
+
+Each benchmark declares its variables as dataclass fields made with `var("ENV_NAME", default)`. `from_env`
+converts every value by the field's type, collects all problems (missing, malformed, unknown names with the
+closest known name suggested) and raises one `ConfigError` naming each variable. Nothing else in the
+package reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+import types
+import typing
+from pathlib import Path
+
+# Variables a config may set that the launchers, not the Python trainer, consume.
+LAUNCHER_VARS = frozenset(
+    "BENCHMARK CONFIG_FILE CONT CONT_NAME CONTAINER_RUNTIME DATADIR LOGDIR NEXP CLEAR_CACHES DGXSYSTEM "
+    "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG MLPERF_RULESET CHECK_COMPLIANCE "
+    "MASTER_ADDR MASTER_PORT".split()
+)
+# Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...).
+PASSTHROUGH_PREFIXES = (
+    "NCCL_", "RCCL_", "HIP_", "HSA_", "ROCM_", "ROCBLAS_", "MIOPEN_", "AMD_", "GPU_", "CUDA_", "CUBLAS",
+    "CUDNN_", "NVTE_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "OMP_", "MKL_", "UCX_", "GLOO_",
+    "SBATCH_", "SLURM_", "PYTHON", "TE_", "MLPERF_",
+)  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names every offending variable."""
+
+
+def var(env: str, default=dataclasses.MISSING, help: str = ""):
+    """A config field read from environment variable `env` (required when no default is given)."""
+    return dataclasses.field(default=default, metadata={"env": env, "help": help})
+
+
+def env_names(cls) -> dict[str, str]:
+    """Field name -> environment variable name, for a config dataclass."""
+    return {f.name: f.metadata["env"] for f in dataclasses.fields(cls)}
+
+
+def _convert(raw: str, typ):
+    if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if raw.lower() in ("", "none", "null"):
+            return None
+        return _convert(raw, args[0])
+    if typ is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected 0/1, true/false, yes/no")
+    if typ is int:
+        value = float(raw)  # accept 4.5e6 and 4500000.0 the way configs write them, but only whole numbers
+        if not value.is_integer():
+            raise ValueError("expected a whole number")
+        return int(value)
+    if typ is float:
+        return float(raw)
+    if typ is Path:
+        return Path(raw)
+    if typ is str:
+        return raw
+    raise TypeError(f"unsupported config field type {typ!r}")
+
+
+def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterable[str] = ()):
+    """Build `cls` from `environ`. `config_vars` are the names the user's config file exported; any that
+    neither `cls` nor the launchers know is reported as a likely typo."""
+    hints = typing.get_type_hints(cls)
+    problems, values = [], {}
+    for f in dataclasses.fields(cls):
+        name, raw = f.metadata["env"], environ.get(f.metadata["env"])
+        if raw is None or raw == "":
+            if f.default is dataclasses.MISSING:
+                problems.append(f"{name}: required but not set ({f.metadata['help'] or f.name})")
+            continue
+        try:
+            values[f.name] = _convert(raw, hints[f.name])
+        except ValueError as err:
+            problems.append(f"{name}={raw!r}: {err}")
+    known = set(env_names(cls).values()) | LAUNCHER_VARS
+    for name in config_vars:
+        if name in known or name.startswith(PASSTHROUGH_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(f"{name}: not a variable of this benchmark{hint}")
+    if problems:
+        raise ConfigError(f"{cls.__name__}: " + "; ".join(problems))
+    try:
+        return cls(**values)
+    except ConfigError as err:
+        raise ConfigError(f"{cls.__name__}: {err}") from None
+
+
+def to_env_dict(cfg) -> dict[str, object]:
+    """The effective config as {ENV_NAME: value}, JSON-ready."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[f.metadata["env"]] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
+    """Write the effective config (and `extra`: derived values, versions, backends) as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def system_from_config_path(path: str | Path) -> str:
+    """`configs/bert/config_MI300X_1x8x48.sh` -> `MI300X_1x8x48` (the DGXSYSTEM convention)."""
+    match = re.fullmatch(r"config_(.+)\.sh", Path(path).name)
+    if not match:
+        raise ConfigError(f"config file name {Path(path).name!r} does not match config_<SYSTEM>.sh")
+    return match.group(1)

@@ -1,0 +1,64 @@
+"""Run mlperf_logging's checkers as functions: they report through the root logger, which we capture."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlperf_logging.rcp_checker import rcp_checker
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, lines: list[str]):
+        super().__init__(logging.INFO)
+        self.lines = lines
+        self.setFormatter(logging.Formatter("%(levelname)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@contextmanager
+def captured_root_log() -> Iterator[list[str]]:
+    """Collect what the checkers log (INFO and up) into a list; the caller's root handlers see none of it."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    lines: list[str] = []
+    root.handlers = [_ListHandler(lines)]
+    root.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        root.handlers, level = saved
+        root.setLevel(level)
+
+
+@dataclass
+class RcpResult:
+    passed: bool | None  # None: not run
+    message: str
+    normalization_factor: float
+    log: list[str] = field(default_factory=list)
+
+
+def rcp_check(logs: list[Path], ruleset: str) -> RcpResult:
+    """mlperf_logging's RCP check (pruned RCPs) of one benchmark's runs. The checker globs `result_*.txt`,
+    so it reads a temporary folder of symlinks; `set_scaling=False` keeps it from writing scaling.json."""
+    with tempfile.TemporaryDirectory(prefix="rcp_") as staged, captured_root_log() as lines:
+        for i, log in enumerate(logs):
+            os.symlink(Path(log).resolve(), Path(staged) / f"result_{i}.txt")
+        passed, message, factor = rcp_checker.check_directory(
+            staged,
+            "training",
+            ruleset,
+            verbose=False,
+            bert_train_samples=False,
+            rcp_pass="pruned_rcps",
+            set_scaling=False,
+        )
+    return RcpResult(bool(passed), message, float(factor), lines)

@@ -1,0 +1,114 @@
+"""Check one MLPerf log with mlperf_logging's compliance checker, under its benchmark's ruleset.
+
+    python -m training.scoring.compliance LOGFILE [--ruleset X]
+
+A run whose logged `target_accuracy` is not the official one (our CPU demo runs) is checked against a copy
+of the package's rules with only the target threshold replaced, and marked as not a valid MLPerf result.
+The checker's output goes to `<log stem>.compliance.txt` next to the log; the exit status is 1 on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from .checkers import captured_root_log
+from .rules import BENCHMARKS, BenchmarkRules
+from .runs import read_run
+
+RULES_ROOT = Path(mlp_compliance.__file__).parent
+
+
+def check_compliance(
+    log: Path, ruleset: str | None = None, write_report: bool = True
+) -> tuple[bool, list[str]]:
+    """(passed, messages) of the compliance checker on `log`; `ruleset` defaults to its benchmark's."""
+    log = Path(log)
+    run = read_run(log)
+    rules = BENCHMARKS.get(run.benchmark)
+    ruleset = ruleset or (rules.ruleset if rules else None)
+    if ruleset is None:
+        raise ValueError(
+            f"{log}: submission_benchmark {run.benchmark!r} has no default ruleset; pass --ruleset"
+        )
+    if not (RULES_ROOT / f"training_{ruleset}").is_dir():
+        raise ValueError(f"{log}: mlperf_logging has no training ruleset {ruleset!r}")
+    messages = []
+    with tempfile.TemporaryDirectory(prefix="compliance_") as tmp:
+        config = f"training_{ruleset}/common.yaml"
+        if rules and run.target_accuracy is not None and not rules.is_official_target(run.target_accuracy):
+            config, substituted = _patch_target(Path(tmp), ruleset, rules, run.target_accuracy)
+            messages.append(
+                f"!!! DEMO RUN, NOT A VALID MLPerf RESULT: {log.name} logs target_accuracy "
+                f"{run.target_accuracy}, not {rules.name}'s official {rules.target}; checked against a copy "
+                f"of training_{ruleset} whose closed_{rules.name}.yaml has {substituted} !!!"
+            )
+        ok, lines = _run_checker(log, ruleset, config)
+    messages += lines
+    messages.append(f"{'SUCCESS' if ok else 'FAILED'}: {log} (training_{ruleset})")
+    if write_report:
+        log.with_name(f"{log.stem}.compliance.txt").write_text("\n".join(messages) + "\n")
+    return ok, messages
+
+
+def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float) -> tuple[str, str]:
+    """Copy training_<ruleset>/ into `tmp` with the benchmark's target threshold replaced by `target`.
+    Returns the copy's common.yaml (absolute: the checker's os.path.join keeps it) and what was replaced."""
+    folder = tmp / f"training_{ruleset}"
+    shutil.copytree(RULES_ROOT / f"training_{ruleset}", folder)
+    for path in folder.glob("*.yaml"):  # configs enqueue each other by relative path: point them at the copy
+        text = path.read_text()
+        path.write_text(text.replace(f"enqueue_config('training_{ruleset}/", f"enqueue_config('{folder}/"))
+    closed = folder / f"closed_{rules.name}.yaml"
+    op = ">=" if rules.higher_is_better else "<="
+    text = closed.read_text()
+    found = list(re.finditer(rf"\(v\['value'\] {op} ([0-9.]+)\)", text))
+    if len(found) != 1 or float(found[0].group(1)) != rules.target:
+        raise ValueError(
+            f"{RULES_ROOT / folder.name / closed.name}: expected one `(v['value'] {op} {rules.target})`"
+        )
+    old, new = found[0].group(0), f"(v['value'] {op} {target!r})"
+    closed.write_text(text.replace(old, new))
+    return str(folder / "common.yaml"), f"`{old}` replaced by `{new}`"
+
+
+def _run_checker(log: Path, ruleset: str, config: str) -> tuple[bool, list[str]]:
+    # mlp_compliance queues configs in a module-level list: start and end each check with it empty
+    mlp_compliance.enqueued_configs.clear()
+    checker = mlp_compliance.make_checker("training", ruleset, quiet=False, werror=False)
+    with captured_root_log() as lines:
+        try:
+            ok = checker.check_file(str(log), config)
+        finally:
+            mlp_compliance.enqueued_configs.clear()
+    return bool(ok), lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.scoring.compliance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("logfile", type=Path)
+    parser.add_argument("--ruleset", help="mlperf_logging ruleset, e.g. 5.1.0 (default: the benchmark's)")
+    args = parser.parse_args(argv)
+    if not args.logfile.is_file():
+        parser.error(f"no such log file: {args.logfile}")
+    try:
+        ok, messages = check_compliance(args.logfile, args.ruleset)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    print("\n".join(messages))
+    print(f"report: {args.logfile.with_name(args.logfile.stem + '.compliance.txt')}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

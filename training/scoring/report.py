@@ -1,0 +1,89 @@
+"""Render a score summary (score.score_logdir's dict) as summary.md, summary.json and eval_accuracy.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def to_markdown(summary: dict) -> str:
+    s = summary
+    better = "higher" if s["higher_is_better"] else "lower"
+    lines = [f"# MLPerf Training score: {s['benchmark']}, {len(s['runs'])} run(s) in {s['logdir']}", ""]
+    if not s["valid_mlperf"]:
+        lines += ["> **NOT A VALID MLPerf RESULT**: demo target accuracy, see the notes.", ""]
+    lines += [
+        f"| run | status | minutes | samples ({s['samples_key']}) | last eval_accuracy | throughput "
+        "| compliance |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for run in s["runs"]:
+        lines.append(
+            f"| {run['log']} | {run['status']} | {_fmt(run['minutes'], '.4f')}"
+            f" | {_fmt(run['samples_to_converge'], '.10g')}"
+            f" | {_fmt(run['last_eval_accuracy'], '.4f')} | {_fmt(run['throughput'], '.5g')}"
+            f" | {'ok' if run['compliant'] else 'FAILED'} |"
+        )
+    rcp = s["rcp"]
+    rcp_status = {True: "PASSED", False: "FAILED", None: "skipped"}[rcp["passed"]]
+    score = s["score_minutes"]
+    lines += [
+        "",
+        "## Score",
+        "",
+        f"- ruleset {s['ruleset']}; target eval_accuracy {s['official_target']} ({better} is better); "
+        f"an official score needs {s['required_runs']} runs",
+        f"- mean time to train: {_fmt(s['mean_minutes'], '.6f')} min ({s['mean_method']})",
+        f"- RCP check: {rcp_status} ({rcp['message']}), "
+        f"normalization factor {rcp['normalization_factor']:.6f}",
+        f"- **score: {_fmt(score, '.6f')} min**" + ("" if score is not None else " (no valid MLPerf score)"),
+    ]
+    if s["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in s["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_eval_accuracy(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for run in summary["runs"]:
+        points = [(x, y) for x, y in run["evals"] if x is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker=".", label=run["log"])
+    targets = {summary["official_target"]} | {run["target_accuracy"] for run in summary["runs"]}
+    for target in sorted(targets):
+        official = target == summary["official_target"]
+        ax.axhline(
+            target,
+            color="k" if official else "r",
+            ls="--",
+            label=f"{'' if official else 'demo '}target {target}",
+        )
+    ax.set(
+        xlabel=f"samples ({summary['samples_key']})",
+        ylabel="eval_accuracy",
+        title=f"{summary['benchmark']}: eval accuracy per run",
+    )
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_summary(summary: dict, out: Path) -> str:
+    """Write summary.md, summary.json and eval_accuracy.png into `out`; return the markdown."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = to_markdown(summary)
+    (out / "summary.md").write_text(markdown)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_eval_accuracy(summary, out / "eval_accuracy.png")
+    return markdown
