@@ -9,7 +9,7 @@ from pathlib import Path
 from training.common.config import ConfigError, env_names, from_env, var
 
 OFFICIAL_TARGET = 0.720
-ATTENTION_CHOICES = ("auto", "sdpa", "flash_attn", "torch_varlen")
+ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 
 
@@ -48,7 +48,9 @@ class BertConfig:
     )
     train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
-    attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn | torch_varlen (eval only)")
+    attention: str = var(
+        "ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_varlen (eval only)"
+    )
     precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
     compile: bool = var("COMPILE", False, help="torch.compile the model")
     log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")

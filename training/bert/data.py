@@ -27,6 +27,8 @@ TRAIN_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids"
               "packed_masked_lm_len", "next_sentence_labels")  # fmt: skip
 EVAL_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels")
 MAX_SEQS_PER_ROW = 3
+# Masked tokens per packed row: at most round(0.15 * length) per sequence, so 0.15 * 512 plus rounding.
+MASKED_PER_ROW = 80
 
 
 class DataError(RuntimeError):
@@ -99,6 +101,24 @@ def collate(rows: list[tuple[np.ndarray, ...]], seq_len: int) -> Batch:
     )
 
 
+def pad_static(b: Batch, rows: int, masked_per_row: int = MASKED_PER_ROW) -> Batch:
+    """Pad the per-sequence and per-mask index lists to fixed lengths (ignored labels), so that every
+    batch of `rows` rows has one shape: what torch.compile and CUDA graphs need."""
+    m, s, c = rows * masked_per_row, rows * MAX_SEQS_PER_ROW, rows * (MAX_SEQS_PER_ROW + 1) + 1
+    if len(b.mlm_index) > m or b.num_sequences > s:
+        raise DataError(f"batch of {rows} rows has {len(b.mlm_index)} masked tokens (> {m}) "
+                        f"or {b.num_sequences} sequences (> {s})")  # fmt: skip
+
+    def pad(t, n, value):
+        return torch.cat([t, t.new_full((n - len(t),), value)])
+
+    return Batch(
+        **{**b.__dict__, "mlm_index": pad(b.mlm_index, m, 0), "mlm_labels": pad(b.mlm_labels, m, -100),
+           "cls_index": pad(b.cls_index, s, 0), "nsp_labels": pad(b.nsp_labels, s, -100),
+           "cu_seqlens": pad(b.cu_seqlens, c, int(b.cu_seqlens[-1]))}
+    )  # fmt: skip
+
+
 def pack_sequences(samples: list[tuple[np.ndarray, ...]], seq_len: int) -> list[tuple[np.ndarray, ...]]:
     """Unpacked (EVAL_KEYS order) samples -> packed rows (TRAIN_KEYS order), in order, up to 3 per row."""
     rows, current = [], []
@@ -129,8 +149,9 @@ def pack_sequences(samples: list[tuple[np.ndarray, ...]], seq_len: int) -> list[
 
 
 def train_batches(shards: list[Path], rank: int, world: int, rows_per_batch: int, seq_len: int,
-                  seed: int) -> Iterator[Batch]:  # fmt: skip
-    """Endless stream of this rank's batches; epochs re-permute the shards."""
+                  seed: int, static: bool = False) -> Iterator[Batch]:  # fmt: skip
+    """Endless stream of this rank's batches; epochs re-permute the shards. `static` pads every batch
+    to one shape (`pad_static`)."""
     if len(shards) < world:
         raise DataError(f"{len(shards)} training shards cannot feed {world} ranks; prepare at least {world}")
     pending: list = []
@@ -141,7 +162,8 @@ def train_batches(shards: list[Path], rank: int, world: int, rows_per_batch: int
             perm = np.random.default_rng([seed, epoch, int(i)]).permutation(len(rows))
             pending.extend(rows[j] for j in perm)
             while len(pending) >= rows_per_batch:
-                yield collate(pending[:rows_per_batch], seq_len)
+                batch = collate(pending[:rows_per_batch], seq_len)
+                yield pad_static(batch, rows_per_batch) if static else batch
                 del pending[:rows_per_batch]
 
 

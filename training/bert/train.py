@@ -81,6 +81,7 @@ def main() -> int:
             cfg.batch_size,
             cfg.max_seq_length,
             seed,
+            static=cfg.compile,
         ),  # fmt: skip
         info.device,
     )
@@ -93,15 +94,8 @@ def main() -> int:
             lr_group["lr"] = poly_warmup_lr(
                 step, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step
             )
-        for micro in range(cfg.gradient_steps):
-            batch = next(batches).to(info.device)
-            sync = micro == cfg.gradient_steps - 1 or info.world_size == 1
-            with nullcontext() if sync else train_model.no_sync(), autocast:
-                loss, _ = pretraining_loss(*train_model(batch), batch)
-            (loss / cfg.gradient_steps).backward()
-            finite &= torch.isfinite(loss.detach())
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info)
+        finite &= torch.isfinite(loss)
         step += 1
         samples += gbs
         window_samples += gbs
@@ -139,6 +133,19 @@ def main() -> int:
     mllog.end(constants.RUN_STOP, metadata={"status": status})
     dist.shutdown()
     return 0 if status == constants.SUCCESS else 1
+
+
+def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo) -> torch.Tensor:
+    """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss."""
+    for micro in range(gradient_steps):
+        batch = next(batches).to(info.device)
+        sync = micro == gradient_steps - 1 or info.world_size == 1
+        with nullcontext() if sync else model.no_sync(), autocast:
+            loss, _ = pretraining_loss(*model(batch), batch)
+        (loss / gradient_steps).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:

