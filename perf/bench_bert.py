@@ -98,11 +98,22 @@ def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
         print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
 
 
-def bench_ours(shape, pool, lens, compiled: bool, attention: str, device, warmup, steps, profile=False):
+def bench_ours(
+    shape,
+    pool,
+    lens,
+    compiled: bool,
+    attention: str,
+    device,
+    warmup,
+    steps,
+    profile=False,
+    compile_mode: str | None = None,
+):
     torch.manual_seed(0)
     model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
-    optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99))
-    train_model = torch.compile(model) if compiled else model
+    optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
+    train_model = torch.compile(model, mode=compile_mode) if compiled else model
     batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
     it = iter(batches * 10_000)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
@@ -205,6 +216,9 @@ def main() -> int:
     for variant in args.variants.split(","):
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
+        elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
+            runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup, args.steps,
+                                       args.profile, compile_mode="reduce-overhead")  # fmt: skip
         elif variant in ("eager", "compiled"):
             runs[variant] = bench_ours(
                 shape,

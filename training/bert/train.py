@@ -50,7 +50,8 @@ def main() -> int:
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
-    chosen = {"attention": attention, "precision": precision, "optimizer": "lamb_foreach",
+    chosen = {"attention": attention, "precision": precision,
+              "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,
               "platform": backends.platform_name()}  # fmt: skip
     for key, value in chosen.items():
@@ -58,7 +59,7 @@ def main() -> int:
     mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
 
     optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm)  # fmt: skip
+                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
     train_model = apply_data_parallel(apply_compile(model, cfg.compile), info)
     autocast = autocast_context(precision, info.device)
     if cfg.logdir and cfg.run_tag and info.is_main:
