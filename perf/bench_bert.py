@@ -217,8 +217,8 @@ def main() -> int:
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
         elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
-            runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup, args.steps,
-                                       args.profile, compile_mode="reduce-overhead")  # fmt: skip
+            runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup,
+                                       args.steps, args.profile, compile_mode="reduce-overhead")  # fmt: skip
         elif variant in ("eager", "compiled"):
             runs[variant] = bench_ours(
                 shape,
