@@ -31,7 +31,8 @@ from training.bert.optim import Lamb, param_groups  # noqa: E402
 from training.bert.train import train_step  # noqa: E402
 from training.common import backends, dist  # noqa: E402
 
-ROWS, SEQ, MAX_PRED = 48, 512, 76
+SEQ, MAX_PRED = 512, 76
+ROWS = 48  # rows per step; --rows changes it
 
 
 def random_sequence(rng, length: int, vocab: int):
@@ -180,10 +181,10 @@ def check_fast_path(shape, pool, device) -> float:
 
     b = pool[0].to(device)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        eager = pretraining_loss(*model(b), b)[0]
+        eager = pretraining_loss(*model(b), b)
         fast = torch.compile(model)
         s = data.pad_static(pool[0], ROWS).to(device)
-        compiled = pretraining_loss(*fast(s), s)[0]
+        compiled = pretraining_loss(*fast(s), s)
     return float((compiled - eager).abs() / eager.abs())
 
 
@@ -197,11 +198,22 @@ def main() -> int:
         "--attention", default="auto", help="our attention implementation (see training.bert.attention)"
     )
     ap.add_argument("--profile", action="store_true", help="print the top GPU kernels of our variants")
+    ap.add_argument(
+        "--data", type=Path, help="a prepared BERT data folder: time batches of its shards instead"
+    )
+    ap.add_argument("--rows", type=int, default=48, help="packed rows per step")
     args = ap.parse_args()
     device = torch.device("cuda")
     shape = BertShape(num_hidden_layers=2) if args.tiny else BertShape()
     rng = np.random.default_rng(0)
-    rows = [packed_rows(rng, ROWS, shape.vocab_size) for _ in range(8)]
+    global ROWS
+    ROWS = args.rows
+    if args.data:  # the first batches of the prepared shards, as the trainer would read them
+        shard_rows = [r for shard in data.list_shards(args.data / "hdf5" / "packed_data")[:2]
+                      for r in data.read_rows(shard)]  # fmt: skip
+        rows = [shard_rows[i * ROWS : (i + 1) * ROWS] for i in range(8)]
+    else:
+        rows = [packed_rows(rng, ROWS, shape.vocab_size) for _ in range(8)]
     lens = [int(n) for batch_rows in rows for row in batch_rows for n in row[4]]
     pool = [data.collate(r, SEQ) for r in rows]
     for b in pool:

@@ -31,6 +31,12 @@ def check_gpus(wanted: int, cpu_demo: bool) -> list[str]:
     return []
 
 
+def launch_world_size(environ: Mapping[str, str]) -> int | None:
+    """Ranks the launcher starts, where it says (run.sub: LAUNCH_WORLD_SIZE; torchrun: WORLD_SIZE)."""
+    raw = environ.get("LAUNCH_WORLD_SIZE") or environ.get("WORLD_SIZE")
+    return int(raw) if raw and raw.isdigit() else None
+
+
 def check(environ: Mapping[str, str]) -> list[str]:
     """BERT: config, files, data integrity, GPUs."""
     from training.bert import data
@@ -55,6 +61,7 @@ def check(environ: Mapping[str, str]) -> list[str]:
                 data.read_rows(shard)
             except data.DataError as err:
                 problems.append(str(err))
+    problems += cfg.check_scale(launch_world_size(environ))
     shards = len(data.list_shards(paths["train_dir"]))
     if shards < cfg.world_size():
         problems.append(f"{shards} shards in {paths['train_dir']} cannot feed {cfg.world_size()} ranks")

@@ -62,9 +62,9 @@ def test_loss_is_finite_and_backward_reaches_every_parameter(seqs):
     torch.manual_seed(0)
     m = BertForPackedPretraining(SHAPE)
     b = collate([packed_row(seqs)], 512)
-    loss, correct = pretraining_loss(*m(b), b)
+    loss = pretraining_loss(*m(b), b)
     loss.backward()
-    assert torch.isfinite(loss) and 0 <= int(correct) <= len(b.mlm_labels)
+    assert torch.isfinite(loss)
     assert all(p.grad is not None for p in m.parameters())
 
 

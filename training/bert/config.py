@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,28 @@ class BertConfig:
     def global_batch_size(self, world_size: int) -> int:
         """Samples per optimizer step as MLPerf counts them: rows x packing factor (NVIDIA/AMD convention)."""
         return round(self.batch_size * self.gradient_steps * world_size * self.packing_factor)
+
+    def check_scale(self, world_size: int | None = None) -> list[str]:
+        """The arithmetic of a config derived for another machine: the <NODES>x<GPUS>x<BATCHSIZE> of its name
+        (DGXSYSTEM) against its values, nodes x GPUs against the launcher's world size (when known), and a
+        whole global batch. Returns the problems, each naming its variables."""
+        problems = []
+        ranks = self.world_size()
+        name = re.fullmatch(r".+_(\d+)x(\d+)x(\d+)(?:_.+)?", self.system)
+        if name:
+            values = {"DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node,
+                      "BATCHSIZE": self.batch_size}  # fmt: skip
+            said = dict(zip(values, map(int, name.groups())))
+            problems += [f"DGXSYSTEM={self.system} says {var}={said[var]}, but the config sets {var}={have}"
+                         for var, have in values.items() if said[var] != have]  # fmt: skip
+        if world_size is not None and world_size != ranks:
+            problems.append(f"DGXNNODES={self.num_nodes} x DGXNGPU={self.gpus_per_node} = {ranks} ranks, but "
+                            f"the launcher starts {world_size}")  # fmt: skip
+        rows = self.batch_size * self.gradient_steps * ranks * self.packing_factor
+        if abs(rows - round(rows)) > 1e-6:
+            problems.append(f"global batch BATCHSIZE x GRADIENT_STEPS x {ranks} ranks x PACKING_FACTOR = "
+                            f"{rows:g} samples is not a whole number")  # fmt: skip
+        return problems
 
     def num_warmup_steps(self) -> int:
         return self.warmup_steps or round(self.warmup_proportion * self.max_steps)

@@ -119,6 +119,20 @@ def pad_static(b: Batch, rows: int, masked_per_row: int = MASKED_PER_ROW) -> Bat
     )  # fmt: skip
 
 
+def synthetic_rows(n: int, seq_len: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
+    """`n` packed rows of random tokens (two sequences each, 15% masked): warm-up input, never trained on."""
+    rng = np.random.default_rng(seed)
+    half = seq_len // 2
+    lens = np.array([half, seq_len - half], np.int16)
+    n_pred = [round(0.15 * int(x)) for x in lens]
+    pos = np.concatenate([np.sort(rng.choice(np.arange(1, int(x) - 1), k, replace=False)) + off
+                          for x, k, off in zip(lens, n_pred, (0, half))])  # fmt: skip
+    ids, labels = rng.integers(1000, 30000, seq_len), rng.integers(1000, 30000, len(pos))
+    row = (ids, np.repeat(np.int8([0, 1]), lens), pos, labels, lens, np.array(n_pred, np.int16),
+           np.array([0, 1], np.int8))  # fmt: skip
+    return [row] * n
+
+
 def pack_sequences(samples: list[tuple[np.ndarray, ...]], seq_len: int) -> list[tuple[np.ndarray, ...]]:
     """Unpacked (EVAL_KEYS order) samples -> packed rows (TRAIN_KEYS order), in order, up to 3 per row."""
     rows, current = [], []

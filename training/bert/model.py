@@ -155,12 +155,11 @@ class BertForPackedPretraining(nn.Module):
         return mlm_logits, self.nsp(pooled)
 
 
-def pretraining_loss(mlm_logits, nsp_logits, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(MLM + NSP loss, number of correct MLM predictions). Labels of -100 are ignored."""
+def pretraining_loss(mlm_logits, nsp_logits, b: Batch) -> torch.Tensor:
+    """MLM + NSP cross-entropy, each averaged over its labelled items (-100 = ignore)."""
     mlm = F.cross_entropy(mlm_logits.float(), b.mlm_labels, ignore_index=-100)
     nsp = F.cross_entropy(nsp_logits.float(), b.nsp_labels, ignore_index=-100)
-    correct = (mlm_logits.argmax(-1) == b.mlm_labels).sum()
-    return mlm + nsp, correct
+    return mlm + nsp
 
 
 # Hugging Face BertForPreTraining names -> ours (per-layer names use the layer prefix).

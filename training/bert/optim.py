@@ -70,6 +70,11 @@ class Lamb(torch.optim.Optimizer):
         )  # fmt: skip
         return None
 
+    def reset_step(self) -> None:
+        """Forget the step count (with `state.clear()`: as if no step had been taken)."""
+        if self._step is not None:
+            self._step.zero_()
+
     def _moments(self, p):
         state = self.state[p]
         if not state:

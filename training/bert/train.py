@@ -66,6 +66,7 @@ def main() -> int:
         extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
                  "versions": backends.versions(), "available": backends.available()}  # fmt: skip
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
+    warm_up(train_model, optimizer, cfg, autocast, info)
     eval_steps = set(cfg.eval_steps(info.world_size))
     max_steps = cfg.max_train_steps(info.world_size)
     dist.barrier()
@@ -142,11 +143,26 @@ def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: d
         batch = next(batches).to(info.device)
         sync = micro == gradient_steps - 1 or info.world_size == 1
         with nullcontext() if sync else model.no_sync(), autocast:
-            loss, _ = pretraining_loss(*model(batch), batch)
+            loss = pretraining_loss(*model(batch), batch)
         (loss / gradient_steps).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss.detach()
+
+
+def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, steps: int = 2) -> None:
+    """Untimed, before run_start (as NVIDIA does): compile the model and optimizer on synthetic rows with
+    LR 0, so the weights do not move, then clear the optimizer state. A no-op unless COMPILE=1."""
+    if not cfg.compile:
+        return
+    batch = data.pad_static(data.collate(data.synthetic_rows(cfg.batch_size, cfg.max_seq_length),
+                                         cfg.max_seq_length), cfg.batch_size)  # fmt: skip
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    for _ in range(steps):
+        train_step(model, optimizer, iter([batch] * cfg.gradient_steps), cfg.gradient_steps, autocast, info)
+    optimizer.state.clear()
+    optimizer.reset_step()
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:

@@ -4,6 +4,7 @@ PyTorch-native paths are what runs everywhere else."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import platform
 
@@ -69,7 +70,10 @@ def versions() -> dict[str, str]:
             try:
                 out[name] = importlib.import_module(module.split(".")[0]).__version__
             except (ImportError, AttributeError):
-                out[name] = "unknown"
+                try:  # e.g. megatron-core: the `megatron` namespace package has no __version__
+                    out[name] = importlib.metadata.version(name.replace("_", "-"))
+                except importlib.metadata.PackageNotFoundError:
+                    out[name] = "unknown"
     from importlib.metadata import version
 
     out["mlperf_logging"] = version("mlperf-logging")

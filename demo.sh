@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The small default, end to end on the CPU (a few minutes on 2 cores):
+#   1. set up ./.venv (first time only),
+#   2. prepare BERT data from the bundled Wikipedia excerpt with the real pipeline (first time only),
+#   3. run the CPU-sized BERT config NEXP=2 times through run_with_docker.sh without a container,
+#   4. print the scored summary.
+# A tiny model with a lower target: the logs and summary say it is NOT a valid MLPerf result.
+# Variables: DEMO_DIR (default ./demo), NEXP (default 2).
+set -euo pipefail
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+
+demo_dir="${DEMO_DIR:-${PWD}/demo}"
+data="${demo_dir}/bert_data"
+sample=input_preprocessing/bert/sample
+if ! python -m input_preprocessing.bert.verify "${data}" >/dev/null 2>&1; then
+  echo "== preparing ${data} from the bundled Wikipedia excerpt"
+  ./input_preprocessing/prepare_data.sh --outputdir "${data}" --packed-data --wiki-dump "${sample}/enwiki_sample.xml.bz2" \
+    --vocab "${sample}/bert_uncased_vocab.txt" --shards 8 --eval-samples 500
+fi
+
+echo "== running the small default"
+# shellcheck source=configs/bert/config_CPU_1x1x10.sh
+source configs/bert/config_CPU_1x1x10.sh
+DATADIR="${data}" LOGDIR="${demo_dir}/results/$(date +%Y%m%d-%H%M%S)" NEXP="${NEXP:-2}" CONTAINER_RUNTIME=none
+export DATADIR LOGDIR NEXP CONTAINER_RUNTIME
+status=0
+bash run_with_docker.sh || status=$?
+echo "== summary (${LOGDIR}/summary.md)"
+cat "${LOGDIR}/summary.md"
+exit "${status}"

@@ -1,0 +1,512 @@
+"""Prepare MLPerf BERT's data: `prepare_data.sh --outputdir DIR [--packed-data]` runs this.
+
+    python -m input_preprocessing.bert.prepare --outputdir /bert_data --packed-data
+    python -m input_preprocessing.bert.prepare --outputdir /tmp/bert_demo --packed-data --shards 8 \\
+        --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 1500
+
+Stages, in order, each resumable (a stage that finished is skipped; inside a stage every output file is
+written atomically and skipped when present, so a killed run picks up where it stopped):
+  inputs      MLCommons' files downloaded and checked (or local text: --wiki-dump DUMP or --text-dir DIR)
+  examples    per text part: tokenize, build masked-LM/next-sentence examples (seed 12345, dupe factor 10)
+  eval        eval.txt's examples, 10,000 picked evenly -> hdf5/eval_varlength/part_eval_10k.hdf5
+  plan        rows (packed: up to 3 sequences of at most 512 tokens) and their shards, seed 12345
+  scatter     per part: sequences reordered by destination shard
+  shards      hdf5/packed_data/part_NNNNN (or, unpacked, hdf5/training-N/hdf5_N_shards_varlength_shuffled/)
+  checkpoint  phase1/model.ckpt-28252 (TF1) -> phase1/model.ckpt-28252.pt
+  manifest    manifest.json (path, size, sha256, samples of every output file), then `verify` on it
+Intermediates live in DIR/work (removed at the end unless --keep-work); markers and settings in DIR/.prep.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import download, wiki
+from .pretraining import PretrainingParams, make_part, text_file_to_sequences
+from .ragged import write_unpacked
+from .runtime import (
+    GIB,
+    Markers,
+    PrepError,
+    Progress,
+    atomic_path,
+    check_free_disk,
+    default_jobs,
+    log,
+    parallel_map,
+    remove_stale_tmp,
+    write_json_atomic,
+    write_text_atomic,
+)
+from .shards import gather_shards, make_plan, scatter_part
+from .verify import build_manifest, verify
+
+SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
+SAMPLE_VOCAB = SAMPLE_DIR / "bert_uncased_vocab.txt"
+EVAL_FILE = "hdf5/eval_varlength/part_eval_10k.hdf5"
+PACKED_DIR = "hdf5/packed_data"
+
+# MLPerf's bert_config.json (BERT-Large uncased); json.dumps(indent=2) + newline is byte-identical to the
+# published file (md5 checked below).
+BERT_LARGE_CONFIG = {
+    "attention_probs_dropout_prob": 0.1,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 4096,
+    "max_position_embeddings": 512,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 24,
+    "type_vocab_size": 2,
+    "vocab_size": 30522,
+}
+
+# Disk use per byte of training text, measured on the Wikipedia sample: one copy of the sequences (examples,
+# scattered, or final shards) takes about 11x the text (dupe factor 10, 3 bytes per token, HDF5 overhead).
+# At most two copies exist at once (scatter deletes each part's examples once it has copied them).
+BYTES_PER_TEXT_BYTE = 12
+PEAK_COPIES = 2
+# Memory one worker may need (a 27 MB text part makes about 300k examples).
+WORKER_MEMORY = {
+    "wiki": 1 * GIB,
+    "examples": 3 * GIB,
+    "scatter": 2 * GIB,
+    "shards": 2 * GIB,
+    "manifest": GIB // 2,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    root: Path
+    packed: bool = False
+    shards: int = 4320
+    skip_download: bool = False
+    wiki_dump: Path | None = None
+    text_dir: Path | None = None
+    vocab: Path | None = None
+    tf_checkpoint: Path | None = None
+    eval_samples: int = 10_000
+    eval_articles: int | None = None
+    jobs: int | None = None
+    mirror: str = "mlcommons"
+    metadata_url: str = download.MLCOMMONS_METADATA
+    keep_work: bool = False
+    disk_check: bool = True
+    kill_after: tuple[str, int] | None = None  # fault injection for the resume test
+    params: PretrainingParams = PretrainingParams()
+
+    @property
+    def local(self) -> bool:
+        """Inputs from this machine (a Wikipedia dump or a text folder) rather than MLCommons' download."""
+        return self.wiki_dump is not None or self.text_dir is not None
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def shard_dir(self) -> Path:
+        if self.packed:
+            return self.root / PACKED_DIR
+        return self.root / f"hdf5/training-{self.shards}/hdf5_{self.shards}_shards_varlength_shuffled"
+
+    def settings(self) -> dict:
+        """What the data depends on; a resumed run must match it."""
+        source: dict = {"mirror": self.mirror}
+        if self.wiki_dump:
+            source = {"wiki_dump": self.wiki_dump.name, "bytes": self.wiki_dump.stat().st_size}
+        elif self.text_dir:
+            files = sorted(self.text_dir.glob("part-*")) + [self.text_dir / "eval.txt"]
+            source = {
+                "text_dir": str(self.text_dir),
+                "bytes": {p.name: p.stat().st_size for p in files if p.exists()},
+            }
+        vocab = self.vocab or (SAMPLE_VOCAB if self.local else None)
+        return {
+            "source": source,
+            "vocab_md5": download.md5_file(vocab) if vocab else "downloaded",
+            "shards": self.shards,
+            "packed": self.packed,
+            "eval_samples": self.eval_samples,
+            "eval_articles": self.eval_articles,
+            "tf_checkpoint": str(self.tf_checkpoint) if self.tf_checkpoint else None,
+            "pretraining": dataclasses.asdict(self.params),
+        }
+
+    def jobs_for(self, stage: str) -> int:
+        return self.jobs or default_jobs(WORKER_MEMORY[stage])
+
+
+class Pipeline:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.markers = Markers(cfg.root)
+        self.stats: dict = {}
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _stage(self, name: str, fn) -> dict:
+        done = self.markers.done(name)
+        if done is not None:
+            log(f"[{name}] already done, skipping")
+            self.stats[name] = done
+            return done
+        start = time.monotonic()
+        log(f"[{name}] starting")
+        result = fn() or {}
+        result["seconds"] = round(time.monotonic() - start, 1)
+        self.markers.mark(name, result)
+        self.stats[name] = result
+        log(f"[{name}] done in {result['seconds']} s")
+        return result
+
+    def _killer(self, stage: str):
+        """Callback that kills this process after N items of `stage` (--debug-kill-after STAGE:N)."""
+        if not self.cfg.kill_after or self.cfg.kill_after[0] != stage:
+            return None
+        count = [0]
+
+        def on_done(_result) -> None:
+            count[0] += 1
+            if count[0] >= self.cfg.kill_after[1]:
+                log(f"[{stage}] --debug-kill-after: killing the run after {count[0]} items")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        return on_done
+
+    def text_dir(self) -> Path:
+        if self.cfg.text_dir:
+            return self.cfg.text_dir
+        return self.cfg.work / "text" if self.cfg.wiki_dump else self.cfg.root / download.TEXT_DIR
+
+    def text_parts(self) -> list[Path]:
+        parts = sorted(self.text_dir().glob("part-*-of-*"))
+        if not parts:
+            raise PrepError(f"{self.text_dir()}: no text parts (part-NNNNN-of-MMMMM)")
+        return parts
+
+    def example_files(self) -> list[Path]:
+        return [self.cfg.work / "examples" / f"{p.name}.h5" for p in self.text_parts()]
+
+    def tf_checkpoint(self) -> Path | None:
+        if self.cfg.tf_checkpoint:
+            return self.cfg.tf_checkpoint
+        if self.cfg.local:
+            return None
+        return self.cfg.root / "phase1" / download.CHECKPOINT
+
+    # -- stages --------------------------------------------------------------------------------------------
+
+    def inputs(self) -> dict:
+        cfg = self.cfg
+        phase1 = cfg.root / "phase1"
+        if cfg.local:
+            vocab = cfg.vocab or SAMPLE_VOCAB
+            if not vocab.is_file():
+                raise PrepError(f"--vocab {vocab}: no such file")
+            with atomic_path(phase1 / "vocab.txt") as tmp:
+                shutil.copyfile(vocab, tmp)
+            text = json.dumps(BERT_LARGE_CONFIG, indent=2) + "\n"
+            write_text_atomic(phase1 / "bert_config.json", text)
+            if download.md5_file(phase1 / "bert_config.json") != download.PUBLISHED_MD5["bert_config.json"]:
+                raise AssertionError("BERT_LARGE_CONFIG no longer matches MLPerf's bert_config.json")
+            stats = {}
+            if cfg.wiki_dump:
+                stats = wiki.wiki_to_text(
+                    cfg.wiki_dump, cfg.work, self.text_dir(), cfg.eval_articles, cfg.jobs_for("wiki")
+                )
+        elif cfg.skip_download:
+            stats = download.check_inputs(cfg.root)
+        else:
+            stats = download.download_inputs(
+                cfg.root, cfg.mirror, cfg.metadata_url, threads=min(8, cfg.jobs or 8)
+            )
+        parts = self.text_parts()
+        if not (self.text_dir() / "eval.txt").is_file():
+            raise PrepError(f"{self.text_dir() / 'eval.txt'}: missing (the held-out eval text)")
+        stats["text_parts"] = len(parts)
+        stats["text_bytes"] = sum(p.stat().st_size for p in parts)
+        return stats
+
+    def examples(self) -> dict:
+        cfg = self.cfg
+        vocab = cfg.root / "phase1" / "vocab.txt"
+        out_dir = cfg.work / "examples"
+        remove_stale_tmp(out_dir)
+        tasks = [(t, vocab, o, cfg.params) for t, o in zip(self.text_parts(), self.example_files())]
+        jobs = cfg.jobs_for("examples")
+        log(f"[examples] {len(tasks)} text parts, {jobs} workers")
+        results = parallel_map(
+            make_part, tasks, jobs, Progress("examples", len(tasks), "parts"), self._killer("examples")
+        )
+        return {
+            "sequences": sum(r["sequences"] for r in results),
+            "tokens": sum(r["tokens"] for r in results),
+            "bytes": sum(f.stat().st_size for f in self.example_files()),
+        }
+
+    def eval(self) -> dict:
+        cfg = self.cfg
+        seqs = text_file_to_sequences(
+            self.text_dir() / "eval.txt", cfg.root / "phase1" / "vocab.txt", cfg.params
+        )
+        available, wanted = len(seqs), cfg.eval_samples
+        if available <= wanted:
+            if available < wanted:
+                log(
+                    f"[eval] only {available} eval samples available (asked for {wanted}): taking all of them"
+                )
+            picked = list(range(available))
+        else:
+            # MLCommons' pick_eval_samples.py: evenly spaced picks, records[int(i * total / wanted)].
+            ratio = available / wanted
+            picked = [int(i * ratio) for i in range(wanted)]
+        write_unpacked(cfg.root / EVAL_FILE, seqs.take(np.asarray(picked, dtype=np.int64)))
+        return {"available": available, "samples": len(picked)}
+
+    def plan(self) -> dict:
+        cfg = self.cfg
+        stats = make_plan(
+            self.example_files(), cfg.work / "plan.h5", cfg.shards, cfg.packed, cfg.params.max_seq_length
+        )
+        if cfg.packed:
+            log(
+                f"[plan] packed {stats['sequences']} sequences into {stats['rows']} rows: "
+                f"{stats['sequences_per_row']:.3f} sequences per row (at best "
+                f"{stats['best_possible_sequences_per_row']:.3f}), {stats['token_fill']:.1%} of tokens used"
+            )
+        return stats
+
+    def scatter(self) -> dict:
+        cfg = self.cfg
+        out_dir = cfg.work / "scatter"
+        remove_stale_tmp(out_dir)
+        tasks = [(e, cfg.work / "plan.h5", out_dir / e.name, cfg.keep_work) for e in self.example_files()]
+        jobs = cfg.jobs_for("scatter")
+        parallel_map(
+            scatter_part, tasks, jobs, Progress("scatter", len(tasks), "parts"), self._killer("scatter")
+        )
+        return {"parts": len(tasks)}
+
+    def shards(self) -> dict:
+        cfg = self.cfg
+        folder = cfg.shard_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(folder)
+        scattered = [cfg.work / "scatter" / e.name for e in self.example_files()]
+        jobs = cfg.jobs_for("shards")
+        per_shard = sum(p.stat().st_size for p in scattered) / cfg.shards
+        group = max(1, min(-(-cfg.shards // (4 * jobs)), int(512 * 2**20 // max(per_shard, 1))))
+        tasks = [
+            (scattered, a, min(a + group, cfg.shards), cfg.shards, cfg.packed, folder)
+            for a in range(0, cfg.shards, group)
+        ]
+        log(f"[shards] {cfg.shards} shards in {len(tasks)} groups, {jobs} workers -> {folder}")
+        parallel_map(
+            gather_shards, tasks, jobs, Progress("shards", len(tasks), "groups"), self._killer("shards")
+        )
+        return {"shards": cfg.shards, "folder": str(folder.relative_to(cfg.root))}
+
+    def checkpoint(self) -> dict:
+        prefix = self.tf_checkpoint()
+        if prefix is None:
+            log("[checkpoint] no TF1 checkpoint with local text (pass --tf-checkpoint PREFIX to convert one)")
+            return {"converted": False}
+        from .tf_checkpoint import convert, save_torch
+
+        cfg_json = json.loads((self.cfg.root / "phase1" / "bert_config.json").read_text())
+        out = self.cfg.root / "phase1" / f"{prefix.name}.pt"
+        state = convert(prefix, cfg_json)
+        save_torch(state, out)
+        return {"converted": True, "tensors": len(state), "output": str(out.relative_to(self.cfg.root))}
+
+    def manifest(self) -> dict:
+        cfg = self.cfg
+        rels = [
+            p.relative_to(cfg.root).as_posix() for p in sorted((cfg.root / "phase1").iterdir()) if p.is_file()
+        ]
+        data_dirs = [cfg.shard_dir.relative_to(cfg.root).as_posix(), str(Path(EVAL_FILE).parent)]
+        for folder in data_dirs:
+            remove_stale_tmp(cfg.root / folder)
+            rels += [p.relative_to(cfg.root).as_posix() for p in sorted((cfg.root / folder).iterdir())]
+        info = {"settings": cfg.settings(), "stats": self.stats}
+        build_manifest(cfg.root, rels, data_dirs, info, cfg.jobs_for("manifest"))
+        problems = verify(cfg.root)
+        if problems:
+            raise PrepError("the prepared data failed verification:\n  " + "\n  ".join(problems))
+        return {"files": len(rels)}
+
+    # -- driver --------------------------------------------------------------------------------------------
+
+    def check_settings(self) -> None:
+        path = self.markers.folder / "settings.json"
+        current = json.loads(json.dumps(self.cfg.settings()))
+        if path.exists():
+            before = json.loads(path.read_text())
+            changed = sorted(k for k in set(before) | set(current) if before.get(k) != current.get(k))
+            if changed:
+                diff = "; ".join(f"{k}: {before.get(k)} before, {current.get(k)} now" for k in changed)
+                raise PrepError(
+                    f"{self.cfg.root} holds a run with other settings ({diff}); use a new --outputdir, "
+                    f"or remove {self.cfg.root}/.prep and {self.cfg.root}/work to start over"
+                )
+        else:
+            # A first run must not mistake someone else's files for its own finished outputs.
+            hdf5 = self.cfg.root / "hdf5"
+            if hdf5.exists() and any(p.is_file() for p in hdf5.rglob("*")):
+                raise PrepError(
+                    f"{hdf5} already holds files that this tool did not make (no {path}); "
+                    "use an empty --outputdir, or move them away"
+                )
+            write_json_atomic(path, current)
+
+    def check_disk(self) -> None:
+        cfg = self.cfg
+        if not cfg.disk_check:
+            return
+        if cfg.wiki_dump:
+            text_bytes = int(cfg.wiki_dump.stat().st_size * 1.6)  # bz2 XML -> plain text, measured
+        elif cfg.text_dir:
+            text_bytes = sum(p.stat().st_size for p in cfg.text_dir.glob("part-*"))
+        elif (cfg.root / download.TEXT_DIR).is_dir():
+            text_bytes = sum(p.stat().st_size for p in (cfg.root / download.TEXT_DIR).glob("part-*"))
+        else:
+            text_bytes = download.TEXT_BYTES_ESTIMATE
+        needed = 0 if self.markers.done("shards") else PEAK_COPIES * BYTES_PER_TEXT_BYTE * text_bytes
+        if not cfg.local and not self.markers.done("inputs"):
+            needed += (
+                download.TEXT_BYTES_ESTIMATE
+                + download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
+            )
+        check_free_disk(cfg.root, int(needed), "downloads, intermediates and the final shards")
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        cfg.root.mkdir(parents=True, exist_ok=True)
+        self.check_settings()
+        self.check_disk()
+        t0 = time.monotonic()
+        for name in ("inputs", "examples", "eval", "plan", "scatter", "shards", "checkpoint", "manifest"):
+            self._stage(name, getattr(self, name))
+        if not cfg.keep_work and cfg.work.exists():
+            shutil.rmtree(cfg.work)
+        self.report(time.monotonic() - t0)
+        return self.stats
+
+    def report(self, seconds: float) -> None:
+        s, cfg = self.stats, self.cfg
+        lines = [
+            f"BERT data ready in {cfg.root} ({seconds:.0f} s this run)",
+            f"  training: {s['examples']['sequences']} sequences -> {cfg.shards} shards in {cfg.shard_dir}",
+        ]
+        if cfg.packed:
+            p = s["plan"]
+            lines.append(
+                f"  packing: {p['rows']} rows, {p['sequences_per_row']:.3f} sequences per row "
+                f"(upper bound {p['best_possible_sequences_per_row']:.3f}), {p['token_fill']:.1%} token fill"
+            )
+        lines.append(
+            f"  eval: {s['eval']['samples']} samples (of {s['eval']['available']}) in {cfg.root / EVAL_FILE}"
+        )
+        ck = s["checkpoint"]
+        lines.append(
+            f"  checkpoint: {cfg.root / ck['output']}" if ck.get("converted") else "  checkpoint: none"
+        )
+        lines.append(
+            f"  manifest: {cfg.root / 'manifest.json'} (check with python -m input_preprocessing.bert.verify)"
+        )
+        log("\n".join(lines))
+
+
+def _kill_after(text: str) -> tuple[str, int]:
+    stage, _, n = text.partition(":")
+    return stage, int(n)
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(
+        prog="prepare_data.sh",
+        description="Prepare MLPerf BERT data: phase1 checkpoint, eval set, training shards.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
+    add = parser.add_argument
+    add("-o", "--outputdir", type=Path, required=True, help="where the data goes (e.g. /bert_data)")
+    add("-s", "--skip-download", action="store_true", help="MLCommons' inputs are already in OUTPUTDIR")
+    add("-p", "--shards", type=int, default=4320, help="training shards (default 4320)")
+    add("-c", "--packed-data", action="store_true", help="pack up to 3 sequences per 512-token row")
+    add("--wiki-dump", type=Path, help="local text instead: made from this pages-articles .xml[.bz2]")
+    add("--text-dir", type=Path, help="local text instead: part-* files and eval.txt in this folder")
+    add("--vocab", type=Path, help=f"vocabulary for local text (default: the bundled {SAMPLE_VOCAB.name})")
+    add("--tf-checkpoint", type=Path, help="TF1 checkpoint prefix to convert, with local text")
+    add("--eval-samples", type=int, default=10_000, help="eval samples to pick (default 10000)")
+    add("--eval-articles", type=int, help="articles held out for eval from --wiki-dump (default 10%%)")
+    add("-j", "--jobs", type=int, help="worker processes (default: CPUs, fewer if memory is short)")
+    add("--mirror", choices=("mlcommons", "gdrive"), default="mlcommons", help="download source")
+    add("--metadata-url", default=download.MLCOMMONS_METADATA, help=argparse.SUPPRESS)
+    add("--keep-work", action="store_true", help="keep OUTPUTDIR/work (intermediates)")
+    add("--no-disk-check", action="store_true", help="skip the free-disk check")
+    add("--debug-kill-after", type=_kill_after, help=argparse.SUPPRESS)  # STAGE:N, for the resume test
+    args = parser.parse_args(argv)
+    for name in ("shards", "eval_samples", "jobs", "eval_articles"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
+    if args.wiki_dump and args.text_dir:
+        parser.error("--wiki-dump and --text-dir exclude each other (two sources of text)")
+    local = args.wiki_dump or args.text_dir
+    if (args.vocab or args.tf_checkpoint) and not local:
+        parser.error("--vocab and --tf-checkpoint go with local text (MLCommons' download brings its own)")
+    if args.eval_articles and not args.wiki_dump:
+        parser.error("--eval-articles goes with --wiki-dump")
+    if local and args.skip_download:
+        parser.error(
+            "--skip-download is for MLCommons' inputs; local text (--wiki-dump, --text-dir) downloads nothing"
+        )
+    return Config(
+        root=args.outputdir.resolve(),
+        packed=args.packed_data,
+        shards=args.shards,
+        skip_download=args.skip_download,
+        wiki_dump=args.wiki_dump.resolve() if args.wiki_dump else None,
+        text_dir=args.text_dir.resolve() if args.text_dir else None,
+        vocab=args.vocab.resolve() if args.vocab else None,
+        tf_checkpoint=args.tf_checkpoint.resolve() if args.tf_checkpoint else None,
+        eval_samples=args.eval_samples,
+        eval_articles=args.eval_articles,
+        jobs=args.jobs,
+        mirror=args.mirror,
+        metadata_url=args.metadata_url.rstrip("/"),
+        keep_work=args.keep_work,
+        disk_check=not args.no_disk_check,
+        kill_after=args.debug_kill_after,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        if cfg.wiki_dump and not cfg.wiki_dump.is_file():
+            raise PrepError(f"--wiki-dump {cfg.wiki_dump}: no such file")
+        if cfg.text_dir and not cfg.text_dir.is_dir():
+            raise PrepError(f"--text-dir {cfg.text_dir}: no such folder")
+        Pipeline(cfg).run()
+    except (PrepError, ValueError, FileNotFoundError) as e:
+        print(f"prepare_data: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Llama 3.1 8B data. Inside the container (or anywhere with the repository's Python environment):
+#
+#   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/mlperf_llama31_8b   # MLCommons' C4 + tokenizer
+#   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/llama_demo --sample # the CPU demo's data
+#
+# Full: MLCommons' preprocessed C4 (c4-train.en_6 and the 91,205-document validation file, about 80 GB) into
+# OUTPUTDIR/data and the Llama 3.1 tokenizer into OUTPUTDIR/model, with MLCommons' R2 downloader exactly as
+# AMD's reproduction blog runs it:
+#   bash <(curl -s https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh) \
+#     -d data https://training.mlcommons-storage.org/metadata/llama-3-1-8b-preprocessed-c4-dataset.uri
+#   bash <(curl -s ...same...) -d model https://training.mlcommons-storage.org/metadata/llama-3-1-8b-tokenizer.uri
+# (the script is fetched to a file first, so a failed fetch stops here instead of running an empty script).
+# The downloader resumes partial files (wget --continue) and checks every file against the bucket's MD5 list;
+# afterwards verify.py checks the structure and re-checks the MD5s (cached, so a re-run is quick). A re-run
+# whose data already verifies downloads nothing. Then: export DATADIR=OUTPUTDIR/data.
+# Sample: the bundled Wikipedia excerpt as a C4-like indexed dataset with a small BPE tokenizer (seconds).
+# R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh uses a local copy of the downloader (tests, air-gapped mirrors).
+set -euo pipefail
+
+R2_DOWNLOADER_URL=https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh
+DATASET_URI=${DATASET_URI:-https://training.mlcommons-storage.org/metadata/llama-3-1-8b-preprocessed-c4-dataset.uri}
+TOKENIZER_URI=${TOKENIZER_URI:-https://training.mlcommons-storage.org/metadata/llama-3-1-8b-tokenizer.uri}
+PYTHON=${PYTHON:-python3}
+
+usage() {
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+outputdir="" sample=0
+while (($#)); do
+  case $1 in
+    --outputdir) outputdir=${2:?--outputdir needs a folder}; shift 2 ;;
+    --outputdir=*) outputdir=${1#*=}; shift ;;
+    --sample) sample=1; shift ;;
+    -h | --help) usage 0 ;;
+    *) echo "prepare_data.sh: unknown argument $1" >&2; usage 2 ;;
+  esac
+done
+[[ -n ${outputdir} ]] || { echo "prepare_data.sh: --outputdir is required" >&2; usage 2; }
+
+repo=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
+mkdir -p "${outputdir}"
+outputdir=$(cd "${outputdir}" && pwd)
+
+if ((sample)); then
+  "${PYTHON}" -m input_preprocessing.llama.sample --outputdir "${outputdir}"
+  echo "prepare_data.sh: demo data ready; export DATADIR=${outputdir}"
+  exit 0
+fi
+
+verify=("${PYTHON}" -m input_preprocessing.llama.verify --datadir "${outputdir}/data" --md5 --tokenizer "${outputdir}/model")
+if "${verify[@]}" >/dev/null 2>&1; then
+  echo "prepare_data.sh: ${outputdir}/data already verified; nothing to download"
+else
+  downloader=${R2_DOWNLOADER:-}
+  if [[ -z ${downloader} ]]; then
+    tmpdir=$(mktemp -d)
+    trap 'rm -rf "${tmpdir}"' EXIT
+    downloader=${tmpdir}/mlc-r2-downloader.sh
+    curl -fsSL --retry 3 -o "${downloader}" "${R2_DOWNLOADER_URL}"
+  fi
+  cd "${outputdir}"
+  bash "${downloader}" -d data "${DATASET_URI}"
+  bash "${downloader}" -d model "${TOKENIZER_URI}"
+fi
+"${verify[@]}"
+echo "prepare_data.sh: C4 ready; export DATADIR=${outputdir}/data"
