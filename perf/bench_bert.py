@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.bert import data  # noqa: E402
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step  # noqa: E402
 from training.bert.optim import Lamb, param_groups  # noqa: E402
-from training.bert.train import train_step  # noqa: E402
+from training.bert.train import apply_compile, apply_data_parallel, train_step  # noqa: E402
 from training.common import backends, dist  # noqa: E402
 
 SEQ, MAX_PRED = 512, 76
@@ -112,13 +112,13 @@ def bench_ours(
     compile_mode: str | None = None,
 ):
     torch.manual_seed(0)
+    info = dist.init_distributed()
     model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
     optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
-    train_model = torch.compile(model, mode=compile_mode) if compiled else model
+    train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
     batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
     it = iter(batches * 10_000)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
-    info = dist.DistInfo(rank=0, local_rank=0, world_size=1, device=device)
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     losses = [train_step(train_model, optimizer, it, 1, autocast, info) for _ in range(warmup)]
@@ -129,7 +129,9 @@ def bench_ours(
     seqs = [b.num_sequences for b in pool]
     masked = sum(int((b.mlm_labels >= 0).sum()) for b in pool)
     flops = flops_per_step(shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
-    return {"ms": statistics.median(times), "samples_per_step": sum(seqs) / len(pool), "flops": flops,
+    # Every rank steps in lockstep (DDP): the job's samples per step are world_size times one rank's.
+    return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
+            "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
             "first_loss": float(losses[0]), "spread_ms": [min(times), max(times)]}  # fmt: skip
 
@@ -203,9 +205,12 @@ def main() -> int:
     )
     ap.add_argument("--rows", type=int, default=48, help="packed rows per step")
     args = ap.parse_args()
-    device = torch.device("cuda")
+    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    say = print if rank == 0 else (lambda *a, **k: None)  # torchrun: rank 0 reports
     shape = BertShape(num_hidden_layers=2) if args.tiny else BertShape()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rank)
     global ROWS
     ROWS = args.rows
     if args.data:  # the first batches of the prepared shards, as the trainer would read them
@@ -223,7 +228,7 @@ def main() -> int:
         "torch": torch.__version__,
         "peak_tflops": matmul_peak(device),
     }
-    print(f"{results['gpu']} torch {results['torch']}: bf16 matmul peak {results['peak_tflops']:.0f} TFLOP/s")
+    say(f"{results['gpu']} torch {results['torch']}: bf16 matmul peak {results['peak_tflops']:.0f} TFLOP/s")
     runs = {}
     for variant in args.variants.split(","):
         if variant == "hf":
@@ -249,24 +254,24 @@ def main() -> int:
         r["samples_per_s"] = r["samples_per_step"] / r["ms"] * 1e3
         r["tflops"] = r["flops"] / r["ms"] / 1e9
         r["mfu"] = r["tflops"] / results["peak_tflops"]
-        print(f"  {variant}: {json.dumps(r)}", flush=True)
+        say(f"  {variant}: {json.dumps(r)}", flush=True)
         torch.cuda.empty_cache()
     if "compiled" in runs:
         results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(shape, pool, device)
     results["runs"] = runs
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "bench_bert.json").write_text(json.dumps(results, indent=2))
+    if os.environ.get("OUT") and rank == 0:
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        name = "bench_bert.json" if world == 1 else f"bench_bert_{world}gpu.json"
+        Path(os.environ["OUT"], name).write_text(json.dumps(results, indent=2))
     base = runs.get("hf", {}).get("samples_per_s")
-    print("\n| variant | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF |")
-    print("|---|---|---|---|---|---|---|---|")
+    say("\n| variant | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF |")
+    say("|---|---|---|---|---|---|---|---|")
     for name, r in runs.items():
         ratio = f"{r['samples_per_s'] / base:.2f}x" if base else "-"
-        print(f"| {name} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
+        say(f"| {name} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
               f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} |")  # fmt: skip
     if "compiled_vs_eager_loss_rel_diff" in results:
-        print(
-            f"compiled vs eager loss, relative difference: {results['compiled_vs_eager_loss_rel_diff']:.2e}"
-        )
+        say(f"compiled vs eager loss, relative difference: {results['compiled_vs_eager_loss_rel_diff']:.2e}")
     return 0
 
 
