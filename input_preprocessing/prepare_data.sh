@@ -10,8 +10,9 @@ readonly here
 
 case "${benchmark}" in
   bert) exec "${here}/bert/prepare_data.sh" "$@" ;;
+  llama31_8b) exec "${here}/llama/prepare_data.sh" "$@" ;;
   *)
-    echo "prepare_data.sh: BENCHMARK=${benchmark} has no data preparation here (known: bert)" >&2
+    echo "prepare_data.sh: BENCHMARK=${benchmark} has no data preparation here (known: bert, llama31_8b)" >&2
     exit 2
     ;;
 esac

@@ -52,8 +52,10 @@ def packed_rows(rng, n_rows: int, vocab: int, seq: int = SEQ):
     for _ in range(n_rows):
         k = int(rng.choice([1, 2, 3], p=[0.25, 0.5, 0.25]))
         total = int(rng.integers(seq - 32, seq + 1))
-        cuts = np.sort(rng.choice(np.arange(24, total - 24), k - 1, replace=False)) if k > 1 else []
-        lens = np.diff(np.concatenate([[0], cuts, [total]])).astype(int)
+        lens = np.array([total])
+        while k > 1 and (len(lens) < k or lens.min() < 24):  # k sequences of at least 24 tokens each
+            cuts = np.sort(rng.choice(np.arange(24, total - 24), k - 1, replace=False))
+            lens = np.diff(np.concatenate([[0], cuts, [total]])).astype(int)
         seqs = [random_sequence(rng, int(n), vocab) for n in lens]
         offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
         rows.append((

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # BERT-Large data-parallel scaling on one host: the compiled training step (DDP over NCCL, 48 packed rows per
 # GPU) on 1, 2, ... N GPUs in one call, and the efficiency samples/s(N) / (N x samples/s(1)).
-# Usage (repo root, on a machine with N GPUs): OUT=/some/dir bash perf/bert_scaling.sh [N]
+# Usage (repo root): OUT=/some/dir bash perf/bert_scaling.sh [GPU COUNTS...]   (default: 1 2 4 ... up to all)
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
-max_gpus="${1:-$(nvidia-smi -L | wc -l)}"
 export PYTHONUNBUFFERED=1 PYTHON="${PYTHON:-python3}"
-counts=(1)
-for ((n = 2; n <= max_gpus; n *= 2)); do counts+=("${n}"); done
+counts=("$@")
+if ((${#counts[@]} == 0)); then
+  counts=(1)
+  for ((n = 2; n <= $(nvidia-smi -L | wc -l); n *= 2)); do counts+=("${n}"); done
+fi
+[[ ${counts[0]} == 1 ]] || { echo "bert_scaling.sh: the first count must be 1 (the baseline)" >&2; exit 2; }
 for n in "${counts[@]}"; do
   "${PYTHON}" -m torch.distributed.run --standalone --nproc_per_node="${n}" perf/bench_bert.py \
     --variants compiled --steps 20 --warmup 6 2>&1 | grep -v Warn | tee "${out}/scaling_${n}gpu.log"

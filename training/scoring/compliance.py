@@ -43,7 +43,8 @@ def check_compliance(
     with tempfile.TemporaryDirectory(prefix="compliance_") as tmp:
         config = f"training_{ruleset}/common.yaml"
         if rules and run.target_accuracy is not None and not rules.is_official_target(run.target_accuracy):
-            config, substituted = _patch_target(Path(tmp), ruleset, rules, run.target_accuracy)
+            config, substituted = _patch_target(Path(tmp), ruleset, rules, run.target_accuracy,
+                                                run.max_sequence_length)  # fmt: skip
             messages.append(
                 f"!!! DEMO RUN, NOT A VALID MLPerf RESULT: {log.name} logs target_accuracy "
                 f"{run.target_accuracy}, not {rules.name}'s official {rules.target}; checked against a copy "
@@ -57,9 +58,12 @@ def check_compliance(
     return ok, messages
 
 
-def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float) -> tuple[str, str]:
-    """Copy training_<ruleset>/ into `tmp` with the benchmark's target threshold replaced by `target`.
-    Returns the copy's common.yaml (absolute: the checker's os.path.join keeps it) and what was replaced."""
+def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float,
+                  seq_len: int | None = None) -> tuple[str, str]:  # fmt: skip
+    """Copy training_<ruleset>/ into `tmp` with the benchmark's target threshold replaced by `target` (and,
+    for a demo that trains shorter sequences than the rules fix, e.g. Llama 3.1 8B's 8192, that length by
+    the logged `seq_len`). Returns the copy's common.yaml (absolute: the checker's os.path.join keeps it)
+    and what was replaced."""
     folder = tmp / f"training_{ruleset}"
     shutil.copytree(RULES_ROOT / f"training_{ruleset}", folder)
     for path in folder.glob("*.yaml"):  # configs enqueue each other by relative path: point them at the copy
@@ -74,8 +78,17 @@ def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float)
             f"{RULES_ROOT / folder.name / closed.name}: expected one `(v['value'] {op} {rules.target})`"
         )
     old, new = found[0].group(0), f"(v['value'] {op} {target!r})"
-    closed.write_text(text.replace(old, new))
-    return str(folder / "common.yaml"), f"`{old}` replaced by `{new}`"
+    text = text.replace(old, new)
+    replaced = [f"`{old}` replaced by `{new}`"]
+    fixed_len = re.search(
+        r"NAME:\s+max_sequence_length\s+REQ:\s+\w+\s+CHECK: \" v\['value'\] == (\d+) \"", text
+    )
+    if fixed_len and seq_len is not None and int(fixed_len.group(1)) != seq_len:
+        old_len = f"v['value'] == {fixed_len.group(1)}"
+        text = text.replace(old_len, f"v['value'] == {seq_len}")
+        replaced.append(f"`{old_len}` (max_sequence_length) replaced by `v['value'] == {seq_len}`")
+    closed.write_text(text)
+    return str(folder / "common.yaml"), " and ".join(replaced)
 
 
 def _run_checker(log: Path, ruleset: str, config: str) -> tuple[bool, list[str]]:

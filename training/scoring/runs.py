@@ -20,6 +20,7 @@ class Run:
     run_stop_ms: int | None = None
     global_batch_size: int | None = None
     target_accuracy: float | None = None  # our trainers (and NVIDIA's) log it; MLCommons' result files do not
+    max_sequence_length: int | None = None
     throughput: float | None = None  # value.throughput of the last tracked_stats line
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
     evals: list[tuple[dict, float]] = field(default_factory=list)
@@ -61,6 +62,8 @@ def read_run(path: Path) -> Run:
             run.global_batch_size = value
         elif key == "target_accuracy":
             run.target_accuracy = float(value)
+        elif key == "max_sequence_length":
+            run.max_sequence_length = int(value)
         elif key == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
             run.throughput = float(value["throughput"])
         elif key == "run_start" and run.run_start_ms is None:

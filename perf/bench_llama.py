@@ -1,0 +1,281 @@
+"""Llama 3.1 8B training throughput under FSDP2: ours vs Hugging Face, BF16 and FP8, side by side.
+
+    torchrun --nproc_per_node=4 perf/bench_llama.py [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
+        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1]
+    torchrun --nproc_per_node=2 perf/bench_llama.py --tiny        # CPU (gloo) smoke test of this script
+
+Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaForCausalLM built from the same
+config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
+both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
+fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
+--no-compile, AdamW (fused) with clipping at 1.0, the same float32 cross-entropy on random tokens. FP8 is
+torchao float8 (tensorwise, FP8 all-gather) on the blocks' linear layers. A step is forward + backward +
+clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
+max_memory_allocated over ranks. Model FLOPs count (printed with the results):
+    FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
+with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
+gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
+and writes $OUT/bench_llama.json when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from training.common import backends  # noqa: E402
+from training.llama import optim, parallel  # noqa: E402
+from training.llama.model import PRESETS, Llama, LlamaShape, cross_entropy  # noqa: E402
+
+TINY = LlamaShape(
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=192,
+    num_heads=4,
+    num_kv_heads=2,
+    vocab_size=512,
+    max_seq_length=128,
+)
+
+
+def build(kind: str, shape: LlamaShape, device: torch.device):
+    """An unmaterialized (meta) model of `kind` ('ours' or 'hf') on GPUs, a materialized one on CPU."""
+    if kind == "hf":
+        import transformers  # imported outside the meta-device context below
+
+        config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
+    with torch.device("meta" if device.type == "cuda" else device):
+        if kind == "ours":
+            return Llama(shape, "sdpa")
+        return transformers.LlamaForCausalLM(config)
+
+
+@torch.no_grad()
+def initialize(model, kind: str, shape: LlamaShape, device: torch.device) -> None:
+    if kind == "ours":
+        model.init_weights()
+        return
+    for name, p in model.named_parameters():  # HF's scheme: N(0, initializer_range), norms at 1
+        torch.nn.init.ones_(p) if name.endswith("norm.weight") else torch.nn.init.normal_(
+            p, 0.0, shape.init_std
+        )
+    rotary = type(model.model.rotary_emb)  # its inv_freq buffer was allocated empty: rebuild it
+    try:
+        fresh = rotary(config=model.config, device=device)  # transformers 4.x
+    except TypeError:
+        fresh = rotary(config=model.config)  # 5.x computes it on the CPU
+    model.model.rotary_emb = fresh.to(device)
+
+
+def logits_of(model, kind: str, tokens: torch.Tensor) -> torch.Tensor:
+    return model(tokens) if kind == "ours" else model(input_ids=tokens, use_cache=False).logits
+
+
+def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[float]:
+    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
+    kind, precision, *mode = variant.split("-")
+    compiled = (mode[0] == "compile") if mode else args.compile
+    fp8_on = precision == "fp8"
+    if fp8_on and device.type != "cuda":
+        return {"skipped": "FP8 needs a GPU"}
+    torch.manual_seed(0)
+    model = build(kind, shape, device)
+    if device.type != "cuda":
+        initialize(model, kind, shape, device)
+    fp8 = parallel.apply_fp8(model, fp8_on, "torchao", "tensorwise", fsdp=mesh is not None)
+    if args.ac:
+        if kind == "ours":
+            parallel.apply_activation_checkpointing(model, True)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    parallel.apply_compile(model, compiled)
+    parallel.apply_fsdp(model, mesh, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if device.type == "cuda":
+        model.to_empty(device=device)
+        initialize(model, kind, shape, device)
+    model.train()
+    optimizer, _ = optim.build_optimizer(model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    g = torch.Generator(device=device).manual_seed(1 + dist.get_rank())
+    pool = [
+        torch.randint(0, shape.vocab_size, (args.mbs, args.seq + 1), device=device, generator=g)
+        for _ in range(4)
+    ]
+    it, losses = iter(pool * 100_000), []
+    autocast = contextlib.nullcontext()
+    if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
+        autocast = torch.autocast("cuda", torch.bfloat16)
+
+    def step():
+        batch = next(it)
+        with autocast, fp8.forward_context():
+            loss = cross_entropy(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
+        loss.backward()
+        parallel.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        fp8.after_optimizer_step(model)
+        losses.append(loss.detach())
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    step()  # the first step compiles
+    first_step_s = time.perf_counter() - t0
+    times = time_steps(step, args.warmup, args.steps, device)
+    peak = torch.tensor(
+        torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
+    )
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    ms = statistics.median(times)
+    tokens_per_gpu = args.mbs * args.seq / ms * 1e3
+    result = {
+        "ms": ms,
+        "spread_ms": [min(times), max(times)],
+        "tokens_per_s_per_gpu": tokens_per_gpu,
+        "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
+        "peak_gib": float(peak),
+        "first_step_s": first_step_s,
+        "first_loss": float(losses[0]),
+        "last_loss": float(losses[-1]),
+        "compiled": compiled,
+        "fp8": fp8.description,
+        "compute": "bf16" if device.type == "cuda" else "fp32 (CPU smoke test)",
+    }
+    return result
+
+
+def versions() -> dict:
+    try:
+        return backends.versions()
+    except Exception as err:  # noqa: BLE001 - e.g. mlperf-logging not installed: the benchmark still runs
+        return {"torch": torch.__version__, "error": f"{type(err).__name__}: {err}"}
+
+
+def matmul_peak(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+    ms = statistics.median(time_steps(lambda: a @ b, 5, 20, device))
+    return 2 * 8192**3 / ms / 1e9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--variants",
+        default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
+        help="<ours|hf>-<bf16|fp8>[-compile|-eager], comma-separated",
+    )
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--seq", type=int, default=None, help="default 8192 (128 with --tiny)")
+    ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager blocks by default")
+    ap.add_argument("--ac", action="store_true", help="activation checkpointing of every block (both models)")
+    ap.add_argument(
+        "--tiny", action="store_true", help="a 2-layer toy model (smoke test; runs on CPU with gloo)"
+    )
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available() and not args.tiny
+    if gpu:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shape = TINY if args.tiny else PRESETS["8b"]
+    args.seq = args.seq or (128 if args.tiny else 8192)
+    shape = shape.replace(max_seq_length=args.seq)
+    mesh = parallel.build_mesh(device.type, world, 1)
+    n = shape.num_params(include_embedding=False)
+    formula = (
+        f"model FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers, N = {n:.4g} parameters "
+        f"without the input embedding; = {shape.flops_per_token(args.seq) * args.seq / 1e12:.2f} TFLOP "
+        f"per {args.seq}-token sequence"
+    )
+    results = {
+        "device": torch.cuda.get_device_name(device) if gpu else "cpu",
+        "world_size": world,
+        "torch": torch.__version__,
+        "versions": versions(),
+        "seq": args.seq,
+        "mbs": args.mbs,
+        "model": "tiny" if args.tiny else "llama3.1-8b",
+        "flops_formula": formula,
+        "bf16_matmul_tflops": matmul_peak(device),
+        "runs": {},
+    }
+    if rank == 0:
+        print(f"{results['device']} x {world}, torch {torch.__version__}; {formula}", flush=True)
+    for variant in args.variants.split(","):
+        try:
+            r = bench(variant, shape, args, device, mesh)
+        except torch.cuda.OutOfMemoryError as err:
+            r = {"error": f"out of memory: {str(err)[:160]}"}
+            gc.collect()
+            torch.cuda.empty_cache()
+        results["runs"][variant] = r
+        gc.collect()  # the variant's model and optimizer are gone with bench()'s frame: release their memory
+        if gpu:
+            torch.cuda.empty_cache()
+        if rank == 0:
+            print(f"  {variant}: {json.dumps(r)}", flush=True)
+    if rank == 0:
+        if os.environ.get("OUT"):
+            Path(os.environ["OUT"], "bench_llama.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, FSDP2; {formula}")
+        print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision |")
+        print("|---|---|---|---|---|---|")
+        for name, r in results["runs"].items():
+            if "ms" not in r:
+                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")
+                continue
+            peer = results["runs"].get(name.replace("ours", "hf", 1), {})
+            ratio = (
+                f"{r['tokens_per_s_per_gpu'] / peer['tokens_per_s_per_gpu']:.2f}x"
+                if name.startswith("ours") and "ms" in peer
+                else "-"
+            )
+            print(
+                f"| {name} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | "
+                f"{r['model_tflops_per_gpu']:.1f} | "
+                f"{r['peak_gib']:.1f} | {ratio} |"
+            )
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""Helpers shared by the Llama tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a trainer subprocess: no inherited torchrun variables, one CPU thread."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_"))
+    }
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}, **extra)
+    return env

@@ -1,0 +1,46 @@
+"""perf/bench_llama.py's logic on CPU: 2 gloo ranks, a tiny model, ours and Hugging Face's under FSDP2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.llama.helpers import ROOT, subprocess_env
+
+pytest.importorskip("transformers")
+
+
+def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(ROOT / "perf" / "bench_llama.py"),
+        "--tiny",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--no-compile",
+        "--variants",
+        "ours-bf16,hf-bf16,ours-fp8",
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=subprocess_env(OUT=str(tmp_path)), timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "bench_llama.json").read_text())
+    ours, hf = result["runs"]["ours-bf16"], result["runs"]["hf-bf16"]
+    assert (
+        result["world_size"] == 2 and "6 x N x seq + 6 x seq^2 x hidden x layers" in result["flops_formula"]
+    )
+    for r in (ours, hf):
+        assert r["tokens_per_s_per_gpu"] > 0 and r["model_tflops_per_gpu"] > 0
+        assert 5.5 < r["first_loss"] < 7.0  # ~ln(512) from a random init on random tokens
+    assert result["runs"]["ours-fp8"] == {"skipped": "FP8 needs a GPU"}
+    assert proc.stdout.rstrip().splitlines()[-3].startswith("| ours-bf16 |")  # the table comes last

@@ -1,0 +1,108 @@
+"""The Llama config: errors name the variable, NVIDIA's names are aliases, the parallel arithmetic holds."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from training.common.config import ConfigError
+from training.llama.config import LlamaPretrainConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"DATADIR": "/data", "GBS": "32", "MBS": "2", "MAX_LR": "8e-4", "WARMUP_STEPS": "128"}
+
+
+def make(**env):
+    merged = {**BASE, **env}
+    return LlamaPretrainConfig.from_env({k: v for k, v in merged.items() if v is not None})
+
+
+def test_defaults_are_the_mlperf_values():
+    cfg = make()
+    assert (cfg.seq_length, cfg.max_steps, cfg.eval_samples, cfg.eval_every, cfg.target) == (
+        8192,
+        1_200_000,
+        1024,
+        12288,
+        3.3,
+    )
+    assert cfg.end_lr() == pytest.approx(8e-5) and cfg.decay_steps() == 1_199_872
+    assert cfg.eval_steps() == (384, 384) and cfg.deviations() == []
+    assert make(START_EVAL_AT="24576").eval_steps() == (768, 384)
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"GBS": None}, "GBS: required"),
+        ({"MAX_LR": "fast"}, "MAX_LR='fast'"),
+        ({"GBS": "3.5"}, "whole number"),
+        ({"WARMUP_STEPS": "-1"}, "WARMUP_STEPS=-1"),
+        ({"PRECISION": "fp16"}, "PRECISION='fp16'"),
+        ({"MODEL_SIZE": "7b"}, "MODEL_SIZE='7b'"),
+        ({"PP": "2"}, "PIPELINE_MODEL_PARALLEL_SIZE=2: pipeline parallelism is not implemented"),
+        ({"CONTEXT_PARALLEL_SIZE": "2"}, "CONTEXT_PARALLEL_SIZE=2: context parallelism is not implemented"),
+        ({"TP": "3"}, "NUM_QUERY_GROUPS=8 is not divisible by TENSOR_MODEL_PARALLEL_SIZE=3"),
+        ({"FP8": "1", "TP": "2"}, "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
+        ({"LR": "4e-4"}, "MAX_LR='8e-4', LR='4e-4': the same setting given twice"),
+    ],
+)
+def test_errors_name_the_variable(env, needle):
+    with pytest.raises(ConfigError) as err:
+        make(**env)
+    assert needle in str(err.value)
+
+
+def test_nvidia_names_are_aliases_and_typos_are_caught():
+    cfg = make(
+        MAX_LR=None,
+        LR="4e-4",
+        MBS=None,
+        MICRO_BATCH_SIZE="1",
+        TENSOR_MODEL_PARALLEL="2",
+        TARGET_LOG_PPL="3.3",
+    )
+    assert (cfg.max_lr, cfg.micro_batch_size, cfg.tp) == (4e-4, 1, 2)
+    with pytest.raises(
+        ConfigError, match="WARMUP_STEP: not a variable of this benchmark .did you mean WARMUP_STEPS"
+    ):
+        LlamaPretrainConfig.from_env(BASE, ["GBS", "WARMUP_STEP", "LR", "NCCL_DEBUG"])
+
+
+def test_parallel_arithmetic():
+    par = make().check(8)
+    assert (par.dp, par.grad_accum) == (8, 2)  # AMD: GBS 32 = MBS 2 x DP 8 x 2 accumulation steps
+    par = make(GBS="16", MBS="1", TP="2").check(8)
+    assert (par.tp, par.dp, par.grad_accum) == (2, 4, 4)
+    with pytest.raises(ConfigError, match="GBS=32 is not a multiple of MBS x data-parallel size = 2 x 32"):
+        make().check(32)
+    with pytest.raises(ConfigError, match="2 x 1 x 1 = 2 does not divide the world size 3"):
+        make(TP="2").check(3)
+
+
+@pytest.mark.parametrize(
+    "config", sorted((ROOT / "configs" / "llama31_8b").glob("config_*.sh")), ids=lambda p: p.name
+)
+def test_shipped_configs_parse_and_fit_their_node(config):
+    script = f'set -a; source "{config}"; env -0'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode()
+    env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    names = subprocess.run(
+        ["bash", "-c", f"env -i bash -c '. \"{config}\" && compgen -e'"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    names = [
+        n for n in names if n not in ("PWD", "SHLVL", "_", "OLDPWD")
+    ]  # bash's own, as the runner drops them
+    cfg = LlamaPretrainConfig.from_env({**env, "DATADIR": "/data"}, names)
+    par = cfg.check(cfg.world_size())
+    assert env["BENCHMARK"] == "llama31_8b" and env["DGXSYSTEM"] == config.stem.removeprefix("config_")
+    assert cfg.global_batch_size == cfg.micro_batch_size * par.dp * par.grad_accum
+    if cfg.is_cpu_demo:
+        assert cfg.target != 3.3 and cfg.deviations()
+    else:
+        assert cfg.deviations() == [] and cfg.fp8

@@ -1,0 +1,77 @@
+"""The apply_* features on CPU: each off by default, and when on, the same numbers (within its precision)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from training.llama import parallel
+from training.llama.model import Llama, LlamaShape, cross_entropy
+
+SHAPE = LlamaShape(
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_heads=4,
+    num_kv_heads=2,
+    vocab_size=256,
+    max_seq_length=32,
+)
+
+
+def loss_and_grads(model: Llama, fp8=None):
+    torch.manual_seed(5)
+    tokens = torch.randint(0, SHAPE.vocab_size, (2, 32))
+    with fp8.forward_context() if fp8 else torch.enable_grad():
+        loss = cross_entropy(model(tokens), tokens.roll(-1, 1))
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def fresh() -> Llama:
+    torch.manual_seed(0)
+    model = Llama(SHAPE)
+    model.init_weights()
+    return model
+
+
+def test_features_off_are_no_ops():
+    model = fresh()
+    assert parallel.apply_fp8(model, False).description == "off"
+    assert [
+        parallel.apply_tp(model, None),
+        parallel.apply_activation_checkpointing(model, False),
+        parallel.apply_compile(model, False),
+        parallel.apply_fsdp(model, None, torch.float32),
+    ] == ["off"] * 4
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_activation_checkpointing_and_compile_keep_the_numbers():
+    loss, grads = loss_and_grads(fresh())
+    model = fresh()
+    assert parallel.apply_activation_checkpointing(model, True) == "full recompute of 2 blocks"
+    assert parallel.apply_compile(model, True).startswith("torch.compile per block")
+    assert [n for n, _ in model.named_parameters()] == list(grads)  # names unchanged (checkpoints load as-is)
+    loss2, grads2 = loss_and_grads(model)
+    torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads2[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fp8_torchao_swaps_the_block_linears_only():
+    pytest.importorskip("torchao")
+    loss, _ = loss_and_grads(fresh())
+    model = fresh()
+    fp8 = parallel.apply_fp8(model, True, "torchao", "tensorwise")
+    assert fp8.backend == "torchao" and "14 linear layers" in fp8.description  # 2 blocks x 7 projections
+    assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == "Float8Linear"
+    loss8, grads8 = loss_and_grads(model, fp8)
+    assert abs(loss8 - loss) / loss < 0.02 and all(torch.isfinite(g).all() for g in grads8.values())
+
+
+def test_fp8_needs_a_backend(monkeypatch):
+    monkeypatch.setattr(parallel, "importable", lambda module: False)
+    with pytest.raises(ValueError, match="neither is importable"):
+        parallel.apply_fp8(fresh(), True)

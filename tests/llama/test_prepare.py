@@ -1,0 +1,119 @@
+"""Data preparation: the C4 download path (with a local stand-in for MLCommons' R2 downloader: no network
+here), structure and checksum verification with its resumable cache, and the sample path's output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from input_preprocessing.llama import verify
+from input_preprocessing.llama.preprocess import write_indexed_dataset
+from tests.llama.helpers import ROOT, subprocess_env
+
+PREPARE = ROOT / "input_preprocessing" / "llama" / "prepare_data.sh"
+
+# Stands in for mlc-r2-downloader.sh with the same command line (`-d DIR URI`) and the same behaviour that
+# matters here: fetch <name>.md5, fetch the files it lists (resuming: existing complete files are kept),
+# then `md5sum -c`. "Fetching" is a copy from $FAKE_BUCKET/<name>/.
+FAKE_DOWNLOADER = r"""#!/usr/bin/env bash
+set -euo pipefail
+while getopts "d:" opt; do case $opt in d) dir=$OPTARG ;; *) exit 1 ;; esac; done
+shift $((OPTIND - 1))
+name=$(basename -s .uri "$1")
+echo "$1" >> "$FAKE_BUCKET/requests.log"
+mkdir -p "$dir"
+cp "$FAKE_BUCKET/$name/$name.md5" "$dir/"
+sed 's/^[a-f0-9]\{32\}[[:space:]]*//' "$dir/$name.md5" | while read -r f; do
+  [[ -f "$dir/$f" ]] || cp "$FAKE_BUCKET/$name/$f" "$dir/$f"
+done
+(cd "$dir" && md5sum -c --quiet "$name.md5")
+"""
+
+
+def md5_list(folder: Path, name: str) -> None:
+    lines = [
+        f"{hashlib.md5(p.read_bytes()).hexdigest()}  ./{p.name}"
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    ]
+    (folder / f"{name}.md5").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory, demo_data) -> Path:
+    """A stand-in for the two R2 datasets: C4-named indexed files (91,205 validation documents) and the
+    tokenizer, here the demo's (vocabulary 4096, so the Llama 3.1 tokenizer check must report it)."""
+    root = tmp_path_factory.mktemp("bucket")
+    c4 = root / "llama-3-1-8b-preprocessed-c4-dataset"
+    rng = np.random.default_rng(0)
+    write_indexed_dataset((rng.integers(0, 128256, 3) for _ in range(500)), c4 / verify.TRAIN_PREFIX, 128256)
+    write_indexed_dataset(
+        (rng.integers(0, 128256, 1) for _ in range(verify.VALID_DOCUMENTS)), c4 / verify.VALID_PREFIX, 128256
+    )
+    md5_list(c4, c4.name)
+    tok = root / "llama-3-1-8b-tokenizer"
+    tok.mkdir()
+    for f in (demo_data / "tokenizer").iterdir():
+        (tok / f.name).write_bytes(f.read_bytes())
+    md5_list(tok, tok.name)
+    (root / "downloader.sh").write_text(FAKE_DOWNLOADER)
+    return root
+
+
+def prepare(out: Path, bucket: Path) -> subprocess.CompletedProcess:
+    env = subprocess_env(
+        R2_DOWNLOADER=str(bucket / "downloader.sh"), FAKE_BUCKET=str(bucket), PYTHON="python3"
+    )
+    env["PATH"] = f"{Path(__import__('sys').executable).parent}:{env['PATH']}"
+    return subprocess.run(
+        ["bash", str(PREPARE), "--outputdir", str(out)], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_download_verifies_and_a_rerun_downloads_nothing(tmp_path, bucket):
+    out = tmp_path / "c4"
+    proc = prepare(out, bucket)
+    # everything arrives and checks out, except that this stand-in tokenizer is not Llama 3.1's
+    assert (
+        proc.returncode == 1
+        and "vocabulary 4096 / EOD '<|end_of_text|>', expected Llama 3.1's" in proc.stderr
+    )
+    requests = (bucket / "requests.log").read_text().split()
+    assert [Path(r).name for r in requests] == [
+        "llama-3-1-8b-preprocessed-c4-dataset.uri",
+        "llama-3-1-8b-tokenizer.uri",
+    ]
+    assert verify.verify(out / "data", md5=True) == []
+    cache = json.loads((out / "data" / verify.CACHE_NAME).read_text())
+    assert set(cache) == {
+        f"{p}{e}" for p in (verify.TRAIN_PREFIX, verify.VALID_PREFIX) for e in (".bin", ".idx")
+    }
+    assert verify.check_md5(out / "data") == ([], 0)  # cached: nothing re-hashed
+
+
+def test_verify_names_missing_truncated_and_corrupt_files(tmp_path, bucket):
+    data = tmp_path / "data"
+    src = bucket / "llama-3-1-8b-preprocessed-c4-dataset"
+    data.mkdir()
+    for f in src.iterdir():
+        (data / f.name).write_bytes(f.read_bytes())
+    assert verify.verify(data, md5=True) == []
+    (data / f"{verify.TRAIN_PREFIX}.bin").unlink()
+    assert verify.verify(data) == [f"missing: {data / verify.TRAIN_PREFIX}.bin"]
+    (data / f"{verify.TRAIN_PREFIX}.bin").write_bytes((src / f"{verify.TRAIN_PREFIX}.bin").read_bytes()[:-4])
+    problems = verify.verify(data, md5=True)
+    assert any("truncated" in p for p in problems) and any("checksum mismatch" in p for p in problems)
+    (data / f"{verify.TRAIN_PREFIX}.bin").write_bytes((src / f"{verify.TRAIN_PREFIX}.bin").read_bytes())
+    assert verify.verify(data, md5=True) == []  # a repaired file is checked again, not trusted from the cache
+
+
+def test_sample_data(demo_data):
+    manifest = json.loads((demo_data / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 4096 and manifest["validation"]["tokens"] >= 1024 * 64 + 1
+    assert manifest["train"]["documents"] > 2 * manifest["validation"]["documents"] > 0
+    assert (demo_data / "tokenizer" / "tokenizer.json").is_file()

@@ -1,0 +1,313 @@
+"""Llama (3.1 8B, and the shapes of its family) as one compact PyTorch module.
+
+Parameter names follow Hugging Face's `LlamaForCausalLM` without its `model.` prefix (`embed_tokens`,
+`layers.N.self_attn.q_proj`, ..., `norm`, `lm_head`) and RoPE uses the same rotate-half layout, so a Hugging
+Face checkpoint loads with `load_hf_state_dict` and nothing else (what Llama 2 70B LoRA starts from).
+
+- Attention goes through one provider, `attention()`: flash-attn when importable on a GPU, else PyTorch's
+  `scaled_dot_product_attention(is_causal=True)` (flash / memory-efficient / cuDNN kernels: the seq x seq
+  score matrix is never materialized). Grouped-query attention uses the kernels' native GQA support.
+- Packed rows (several sequences in one row, attention kept inside each) pass `cu_seqlens`, the cumulative
+  sequence boundaries as flash-attn's varlen API takes them, plus `position_ids` restarting at each sequence.
+- Shapes come from `LlamaShape`; the tiny CPU default and the perf script reuse the same module.
+- The constructor allocates but does not initialize (so it can be built on the meta device and sharded
+  first); call `init_weights()` once the parameters live on their device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.common.backends import importable
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's frequency-dependent RoPE rescaling ("llama3" rope_type in Hugging Face configs)."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    num_layers: int = 32
+    hidden_size: int = 4096
+    ffn_hidden_size: int = 14336
+    num_heads: int = 32
+    num_kv_heads: int = 8
+    vocab_size: int = 128256
+    max_seq_length: int = 8192
+    rope_theta: float = 500000.0
+    rope_scaling: RopeScaling | None = RopeScaling()
+    norm_eps: float = 1e-5
+    init_std: float = 0.02  # NeMo's Llama31Config; output projections use std / sqrt(2 * layers)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes) -> LlamaShape:
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def num_params(self, include_embedding: bool = True) -> int:
+        h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
+        block = 2 * h * h + 2 * h * kv + 3 * h * self.ffn_hidden_size + 2 * h
+        total = self.num_layers * block + h + self.vocab_size * h  # blocks, final norm, lm_head
+        return total + (self.vocab_size * h if include_embedding else 0)
+
+    def flops_per_token(self, seq_length: int) -> float:
+        """Model FLOPs per trained token: 6 x (parameters without the embedding table, which is a lookup)
+        + 6 x seq x hidden x layers for causal attention (QK^T and AV, fwd + bwd). For Llama 3.1 8B at
+        8192 this is 51.47 GFLOP/token, 421.66 TFLOP per sample (NVIDIA: MODEL_TFLOP_PER_SAMPLE=421.59)."""
+        return (
+            6 * self.num_params(include_embedding=False) + 6 * seq_length * self.hidden_size * self.num_layers
+        )
+
+    def to_hf_config(self) -> dict:
+        """The equivalent `transformers.LlamaConfig` arguments."""
+        scaling = None
+        if self.rope_scaling is not None:
+            scaling = {"rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)}
+        return {
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.ffn_hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "max_position_embeddings": self.max_seq_length,
+            "rms_norm_eps": self.norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": scaling,
+            "tie_word_embeddings": False,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "hidden_act": "silu",
+            "initializer_range": self.init_std,
+        }
+
+
+PRESETS = {
+    "8b": LlamaShape(),  # Llama 3.1 8B
+    # Llama 2 70B (the LoRA benchmark's base model; MLPerf trains it at 8192)
+    "70b": LlamaShape(
+        num_layers=80,
+        hidden_size=8192,
+        ffn_hidden_size=28672,
+        num_heads=64,
+        num_kv_heads=8,
+        vocab_size=32000,
+        rope_theta=10000.0,
+        rope_scaling=None,
+    ),
+    "tiny": LlamaShape(
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=192,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=4096,
+        max_seq_length=256,
+    ),
+}
+
+
+def rope_frequencies(shape: LlamaShape, device=None) -> torch.Tensor:
+    """Inverse frequencies (head_dim / 2,), with Llama 3.1's scaling: wavelengths longer than the original
+    context / low_freq_factor are slowed by `factor`, shorter than context / high_freq_factor kept, and the
+    band between interpolated smoothly."""
+    dim = shape.head_dim
+    inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
+    s = shape.rope_scaling
+    if s is None:
+        return inv_freq
+    wavelen = 2 * math.pi / inv_freq
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (batch, seq, heads, head_dim); cos/sin: (batch or 1, seq, 1, head_dim), computed in float32 and
+    applied in x's dtype (as Hugging Face does; no float32 copies of q and k kept for backward)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+def attention(q, k, v, backend: str, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None):
+    """Causal attention over (batch, seq, heads, head_dim) tensors; k/v may have fewer heads (GQA).
+    With `cu_seqlens` (int32 boundaries of the sequences packed in a batch-1 row), attention stays
+    inside each sequence."""
+    if backend == "flash_attn":
+        from flash_attn import flash_attn_func, flash_attn_varlen_func
+
+        if cu_seqlens is None:
+            return flash_attn_func(q, k, v, causal=True)
+        out = flash_attn_varlen_func(
+            q[0], k[0], v[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True
+        )
+        return out.unsqueeze(0)
+    gqa = k.shape[2] != q.shape[2]
+    if cu_seqlens is None:
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=gqa
+        )
+        return out.transpose(1, 2)
+    # packed row without flash-attn: one causal SDPA call per sequence (correct, no cross-sequence mask)
+    bounds = cu_seqlens.tolist()
+    outs = [attention(q[:, a:b], k[:, a:b], v[:, a:b], backend) for a, b in zip(bounds[:-1], bounds[1:])]
+    return torch.cat(outs, dim=1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, shape: LlamaShape, backend: str):
+        super().__init__()
+        h, hd = shape.hidden_size, shape.head_dim
+        self.head_dim, self.backend = hd, backend
+        self.q_proj = nn.Linear(h, shape.num_heads * hd, bias=False)
+        self.k_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(shape.num_heads * hd, h, bias=False)
+
+    def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
+        b, s, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds a slice of the heads
+        q = apply_rope(self.q_proj(x).view(b, s, -1, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(b, s, -1, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim)
+        out = attention(q, k, v, self.backend, cu_seqlens, max_seqlen)
+        return self.o_proj(out.reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, shape: LlamaShape):
+        super().__init__()
+        self.gate_proj = nn.Linear(shape.hidden_size, shape.ffn_hidden_size, bias=False)
+        self.up_proj = nn.Linear(shape.hidden_size, shape.ffn_hidden_size, bias=False)
+        self.down_proj = nn.Linear(shape.ffn_hidden_size, shape.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, shape: LlamaShape, backend: str):
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
+        self.self_attn = Attention(shape, backend)
+        self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
+        self.mlp = MLP(shape)
+        self.checkpointed = False  # set by apply_activation_checkpointing
+
+    def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
+        if self.checkpointed and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(
+                self._forward,
+                x,
+                cos,
+                sin,
+                cu_seqlens,
+                max_seqlen,
+                use_reentrant=False,
+                preserve_rng_state=False,
+            )
+        return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
+
+
+class Llama(nn.Module):
+    def __init__(self, shape: LlamaShape, attention_backend: str = "sdpa"):
+        super().__init__()
+        self.shape = shape
+        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
+        self.layers = nn.ModuleList(Block(shape, attention_backend) for _ in range(shape.num_layers))
+        self.norm = RMSNorm(shape.hidden_size, shape.norm_eps)
+        self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+    ) -> torch.Tensor:
+        """tokens (batch, seq) -> logits (batch, seq, vocab)."""
+        if position_ids is None:
+            position_ids = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+        # recomputed each call (head_dim / 2 numbers): no buffer to re-materialize after meta init or to be
+        # cast to bf16 by a dtype change
+        freqs = position_ids.float().unsqueeze(-1) * rope_frequencies(self.shape, device=tokens.device)
+        angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(2)  # (batch, seq, 1, head_dim)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, cu_seqlens, max_seqlen)
+        return self.lm_head(self.norm(x))
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Megatron/NeMo's from-scratch init: N(0, std) everywhere, std / sqrt(2 * layers) for the
+        projections that write into the residual stream, norms at 1. Works on sharded (DTensor) params."""
+        out_std = self.shape.init_std / math.sqrt(2 * self.shape.num_layers)
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(param)
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(param, mean=0.0, std=out_std)
+            else:
+                nn.init.normal_(param, mean=0.0, std=self.shape.init_std)
+
+
+def choose_attention(requested: str, device: torch.device) -> str:
+    """`auto`: flash-attn on a GPU that has it, else SDPA."""
+    if requested == "auto":
+        return "flash_attn" if device.type == "cuda" and importable("flash_attn") else "sdpa"
+    if requested == "flash_attn" and not (device.type == "cuda" and importable("flash_attn")):
+        raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
+    return requested
+
+
+def load_hf_state_dict(model: Llama, state_dict: dict[str, torch.Tensor]) -> None:
+    """Load a Hugging Face `LlamaForCausalLM` state dict (keys `model.*` and `lm_head.weight`)."""
+    ours = {k.removeprefix("model."): v for k, v in state_dict.items() if "rotary_emb" not in k}
+    model.load_state_dict(ours, strict=True)
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Next-token loss in float32 (the logits of a bf16 model are upcast, as Megatron and HF do)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction=reduction)

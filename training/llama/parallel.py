@@ -1,0 +1,230 @@
+"""The features a Llama run applies to its model, one small function each, in this fixed order:
+
+    apply_fp8 -> apply_tp -> apply_activation_checkpointing -> apply_compile -> apply_fsdp
+
+Each is a no-op when its feature is off and returns one line saying what it did (the trainer logs it as a
+`backend_*` MLLOG key). Plus the device mesh and gradient clipping over sharded parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from training.common.backends import importable
+
+
+def transformer_blocks(model: nn.Module) -> nn.ModuleList:
+    """The decoder blocks: ours (`model.layers`) or a Hugging Face Llama's (`model.model.layers`)."""
+    return model.layers if hasattr(model, "layers") else model.model.layers
+
+
+def build_mesh(device_type: str, dp: int, tp: int) -> DeviceMesh | None:
+    """A (dp, tp) mesh over all ranks (rank = dp_rank x tp + tp_rank); None for a single process."""
+    if dp * tp == 1:
+        return None
+    return init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+
+
+@dataclass
+class Fp8:
+    """What FP8 needs from the training loop: a context around forward (Transformer Engine's autocast) and a
+    hook after each optimizer step (torchao's scale precompute for FP8 all-gathers)."""
+
+    backend: str = "off"
+    description: str = "off"
+    forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    after_optimizer_step: Callable[[nn.Module], None] = field(default=lambda model: None)
+
+
+def choose_fp8_backend(requested: str) -> str:
+    if requested == "auto":
+        if importable("transformer_engine"):
+            return "te"
+        if importable("torchao"):
+            return "torchao"
+        raise ValueError("FP8=1 needs Transformer Engine or torchao; neither is importable")
+    module = {"te": "transformer_engine", "torchao": "torchao"}[requested]
+    if not importable(module):
+        raise ValueError(f"FP8_BACKEND={requested} but {module} is not importable")
+    return requested
+
+
+def _fp8_linear(module: nn.Module, fqn: str) -> bool:
+    """FP8 for the projections inside the blocks (`layers.N...`, also under Hugging Face's `model.` prefix)
+    only, not the output layer (as NeMo's recipes), and only where both dimensions are multiples of 16
+    (the FP8 GEMM's requirement)."""
+    in_block = fqn.startswith("layers.") or ".layers." in fqn
+    return (
+        isinstance(module, nn.Linear)
+        and in_block
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
+
+
+def apply_fp8(
+    model: nn.Module, enabled: bool, backend: str = "auto", recipe: str = "tensorwise", fsdp: bool = False
+) -> Fp8:
+    """Swap the blocks' linear layers for FP8 ones: Transformer Engine's (delayed scaling, HYBRID format,
+    amax history 4, most recent: AMD's and NVIDIA's recipe) or torchao's float8 training (dynamic
+    `recipe` scaling; with FSDP2, weights are all-gathered in FP8)."""
+    if not enabled:
+        return Fp8()
+    backend = choose_fp8_backend(backend)
+    if backend == "te":
+        import transformer_engine.pytorch as te
+        from transformer_engine.common.recipe import DelayedScaling, Format
+
+        swapped = 0
+        for fqn, module in list(model.named_modules()):
+            for name, child in list(module.named_children()):
+                full = f"{fqn}.{name}" if fqn else name
+                if _fp8_linear(child, full):
+                    new = te.Linear(
+                        child.in_features,
+                        child.out_features,
+                        bias=child.bias is not None,
+                        params_dtype=child.weight.dtype,
+                        device=child.weight.device,
+                    )
+                    if child.weight.device.type != "meta":
+                        with torch.no_grad():
+                            new.weight.copy_(child.weight)
+                    setattr(module, name, new)
+                    swapped += 1
+        fp8_recipe = DelayedScaling(
+            fp8_format=Format.HYBRID, amax_history_len=4, amax_compute_algo="most_recent"
+        )
+        return Fp8(
+            "te",
+            f"transformer_engine delayed scaling HYBRID, {swapped} linear layers",
+            lambda: te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe),
+        )
+    from torchao.float8 import (
+        Float8LinearConfig,
+        convert_to_float8_training,
+        precompute_float8_dynamic_scale_for_fsdp,
+    )
+
+    if recipe == "tensorwise":
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp)
+    else:
+        config = Float8LinearConfig.from_recipe_name(recipe)
+    convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear)
+    swapped = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    precompute = recipe == "tensorwise" and fsdp
+
+    def after_step(m: nn.Module) -> None:
+        if precompute:
+            precompute_float8_dynamic_scale_for_fsdp(m)
+
+    gather = ", FP8 all-gather" if precompute else ""
+    return Fp8(
+        "torchao",
+        f"torchao float8 {recipe}{gather}, {swapped} linear layers",
+        after_optimizer_step=after_step,
+    )
+
+
+def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
+    """Megatron-style tensor parallelism through DTensor: q/k/v and gate/up column-wise, o/down row-wise,
+    so each block does one all-reduce after attention and one after the MLP. Embeddings, norms and the
+    output layer stay replicated across the TP group (sharded by FSDP over data parallelism)."""
+    if mesh is None or mesh["tp"].size() == 1:
+        return "off"
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(),
+    }
+    for block in model.layers:
+        parallelize_module(block, mesh["tp"], plan)
+    return f"DTensor TP over {mesh['tp'].size()} ranks (attention heads and MLP columns)"
+
+
+def apply_activation_checkpointing(model: nn.Module, enabled: bool) -> str:
+    if not enabled:
+        return "off"
+    for block in model.layers:
+        block.checkpointed = True
+    return f"full recompute of {len(model.layers)} blocks"
+
+
+def apply_compile(model: nn.Module, enabled: bool) -> str:
+    """torch.compile each block in place (parameter names unchanged); the embedding, output layer and loss
+    stay eager."""
+    if not enabled:
+        return "off"
+    blocks = transformer_blocks(model)
+    for block in blocks:
+        block.compile()
+    return f"torch.compile per block ({len(blocks)} blocks)"
+
+
+def apply_fsdp(model: nn.Module, mesh: DeviceMesh | None, param_dtype: torch.dtype) -> str:
+    """FSDP2 `fully_shard` per block, then the root (embedding, final norm, output layer): parameters kept
+    in float32 and sharded over the data-parallel ranks, gathered in `param_dtype` for compute, gradients
+    reduce-scattered in float32. The last block keeps its gathered weights for the backward that follows."""
+    if mesh is None or mesh["dp"].size() == 1:
+        return "off"
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    blocks = transformer_blocks(model)
+    for i, block in enumerate(blocks):
+        fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=i < len(blocks) - 1)
+    fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
+    name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(param_dtype, str(param_dtype))
+    return f"FSDP2 over {mesh['dp'].size()} ranks ({name} compute params, fp32 master and reduce)"
+
+
+def reshard(model: nn.Module) -> None:
+    """Return every FSDP2 module to its sharded state. After a forward under `torch.no_grad()` (evaluation,
+    warm-up) the root group keeps its gathered parameters, and while it does, the module attributes (and so
+    `model.parameters()`) are the gathered tensors, not the sharded parameters the optimizer updates and
+    the gradients are reduced into; resharding also frees that memory."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip by the global L2 norm. Gradients may be DTensors on different meshes (FSDP's dp mesh for the
+    embedding and output layer, the dp x tp mesh for TP blocks), which torch's clip_grad_norm_ cannot stack:
+    norm each mesh's group, make it a full (replicated) value, then combine."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[object, list[torch.Tensor]] = {}
+    for p in parameters:
+        if p.grad is not None:
+            key = p.grad.device_mesh if isinstance(p.grad, DTensor) else None
+            groups.setdefault(key, []).append(p.grad)
+    squares = []
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        squares.append(norm.float() ** 2)
+    if not squares:
+        return torch.zeros(())
+    total = torch.stack(squares).sum().sqrt()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for grads in groups.values():  # scale the local shards in place
+        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+        torch._foreach_mul_(local, coef.to(local[0].device))
+    return total
