@@ -7,15 +7,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import ConfigError, env_names, from_env, var
+from training.common.config import ConfigError, RunSettings, env_names, from_env, var
 
 OFFICIAL_TARGET = 0.720
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 
 
-@dataclass(frozen=True)
-class BertConfig:
+@dataclass(frozen=True, kw_only=True)
+class BertConfig(RunSettings):
     datadir: Path = var("DATADIR", help="prepared data: phase1/, hdf5/packed_data, hdf5/eval_varlength")
     batch_size: int = var("BATCHSIZE", help="packed rows per GPU per micro-step")
     lr: float = var("LR", help="LAMB base learning rate")
@@ -40,7 +40,6 @@ class BertConfig:
     max_predictions_per_seq: int = var("MAX_PREDICTIONS_PER_SEQ", 76)
     phase: int = var("PHASE", 2)
     init_loss_scale: float = var("INIT_LOSS_SCALE", 1024.0, help="initial loss scale (fp16 only)")
-    seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
     bert_config_path: Path | None = var(
         "BERT_CONFIG_PATH", None, help="default DATADIR/phase1/bert_config.json"
     )
@@ -54,18 +53,6 @@ class BertConfig:
     )
     precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
     compile: bool = var("COMPILE", False, help="torch.compile the model")
-    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
-    org: str = var("MLPERF_SUBMISSION_ORG", "reference_implementation")
-    platform: str = var("MLPERF_SUBMISSION_PLATFORM", "unknown")
-    system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
-    num_nodes: int = var("DGXNNODES", 1)
-    gpus_per_node: int = var("DGXNGPU", 1)
-    clear_caches: bool = var(
-        "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
-    )
-    logdir: Path | None = var("LOGDIR", None)
-    run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
-    is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run (tiny model, lower target)")
 
     def __post_init__(self):
         problems = []
@@ -91,9 +78,6 @@ class BertConfig:
         return from_env(cls, environ, config_vars)
 
     # Derived values, named as MLPerf logs them.
-    def world_size(self) -> int:
-        return self.num_nodes * self.gpus_per_node
-
     def global_batch_size(self, world_size: int) -> int:
         """Samples per optimizer step as MLPerf counts them: rows x packing factor (NVIDIA/AMD convention)."""
         return round(self.batch_size * self.gradient_steps * world_size * self.packing_factor)

@@ -52,6 +52,28 @@ def _lookup(f: dataclasses.Field, environ: typing.Mapping[str, str]) -> tuple[st
     return found[0][0], found[0][1], []
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What every benchmark's config shares: submission fields, scale, and what the runner sets per run."""
+
+    seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
+    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
+    org: str = var("MLPERF_SUBMISSION_ORG", "reference_implementation")
+    platform: str = var("MLPERF_SUBMISSION_PLATFORM", "unknown")
+    system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
+    num_nodes: int = var("DGXNNODES", 1)
+    gpus_per_node: int = var("DGXNGPU", 1)
+    clear_caches: bool = var(
+        "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
+    )
+    logdir: Path | None = var("LOGDIR", None)
+    run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
+    is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run: tiny model, marked not valid")
+
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
 def env_names(cls) -> dict[str, str]:
     """Field name -> environment variable name, for a config dataclass."""
     return {f.name: f.metadata["env"] for f in dataclasses.fields(cls)}

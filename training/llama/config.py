@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import ConfigError, from_env, var
+from training.common.config import ConfigError, RunSettings, from_env, var
 from training.llama.model import PRESETS, LlamaShape
 
 BENCHMARK = "llama31_8b"
@@ -51,8 +51,8 @@ class Parallelism:
     grad_accum: int
 
 
-@dataclass(frozen=True)
-class LlamaPretrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class LlamaPretrainConfig(RunSettings):
     datadir: Path = var("DATADIR", help="folder with the preprocessed C4 .bin/.idx files")
     global_batch_size: int = var("GBS", help="sequences per optimizer step", aliases=("GLOBAL_BATCH_SIZE",))
     micro_batch_size: int = var("MBS", help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",))
@@ -110,19 +110,6 @@ class LlamaPretrainConfig:
     )
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
     num_workers: int = var("NUM_WORKERS", 2, help="training data loader processes per rank")
-    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
-    seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
-    org: str = var("MLPERF_SUBMISSION_ORG", "reference_implementation")
-    platform: str = var("MLPERF_SUBMISSION_PLATFORM", "unknown")
-    system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
-    num_nodes: int = var("DGXNNODES", 1)
-    gpus_per_node: int = var("DGXNGPU", 1)
-    clear_caches: bool = var(
-        "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
-    )
-    logdir: Path | None = var("LOGDIR", None)
-    run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
-    is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run (tiny model, short sequences)")
 
     def __post_init__(self):
         problems = []
@@ -183,10 +170,6 @@ class LlamaPretrainConfig:
         return from_env(cls, environ, config_vars)
 
     # ---- derived values ----
-    def world_size(self) -> int:
-        """What the config asks for: DGXNNODES x DGXNGPU."""
-        return self.num_nodes * self.gpus_per_node
-
     def check(self, world_size: int) -> Parallelism:
         """The parallelism arithmetic: TP x PP x CP divides the world, and GBS = MBS x DP x grad-accum."""
         model_parallel = self.tp * self.pp * self.cp
