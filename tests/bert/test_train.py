@@ -1,0 +1,46 @@
+"""The trainer as a process, on synthetic data: a NaN loss (here from a corrupt checkpoint) ends the run
+`aborted` with a message naming it, and the MLLOG log is still complete."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.bert.synthetic import TINY
+from tests.bert.test_model import to_hf
+from training.bert.model import BertForPackedPretraining, BertShape
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_train(datadir: Path, **env) -> subprocess.CompletedProcess:
+    base = {"DATADIR": str(datadir), "BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "LOG_FREQ": "2",
+            "EVAL_ITER_START_SAMPLES": "40", "EVAL_ITER_SAMPLES": "40", "MAX_SAMPLES_TERMINATION": "80",
+            "TARGET_MLM_ACCURACY": "0.5", "CPU_DEMO": "1", "PYTHONPATH": str(REPO)}  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "training.bert.train"], env={**os.environ, **base, **env},
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def mllog(stdout: str) -> list[dict]:
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in stdout.splitlines() if ":::MLLOG " in line]
+
+
+def test_nan_loss_ends_the_run_aborted(bert_data, tmp_path):
+    shape = BertShape(**{k: v for k, v in TINY.items() if k != "hidden_act"})
+    state = to_hf(BertForPackedPretraining(shape).state_dict(), shape.num_hidden_layers)
+    state["bert.encoder.layer.0.output.dense.weight"][0, 0] = float("nan")
+    torch.save(state, tmp_path / "corrupt.pt")
+    proc = run_train(bert_data, INIT_CHECKPOINT=str(tmp_path / "corrupt.pt"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "non-finite loss at step 2" in proc.stderr
+    events = mllog(proc.stdout)
+    assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["aborted"]
+    assert {"train_samples", "eval_samples", "block_stop"} <= {e["key"] for e in events}
+
+
+def test_missing_data_is_a_named_error(tmp_path):
+    proc = run_train(tmp_path / "nowhere", INIT_CHECKPOINT="none")
+    assert proc.returncode == 2 and "nowhere" in proc.stderr, proc.stderr[-2000:]
