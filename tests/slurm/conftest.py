@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import FAKES, Launch
+from tests.launch.helpers import FAKES, Launch, fake_launch
 
 SLURM_FAKES = Path(__file__).resolve().parent / "fakes"
 SYSTEM = "TEST_2x2x4"
@@ -23,25 +23,11 @@ export MLPERF_SUBMISSION_ORG=testorg
 @pytest.fixture
 def job(tmp_path: Path) -> Launch:
     """run.sub's environment inside a 2-node job (as sbatch -N 2 gives it), CONTAINER_RUNTIME=none."""
-    for name in ("data", "state", "bin", "fakeroot"):
-        (tmp_path / name).mkdir()
-    config = tmp_path / f"config_{SYSTEM}.sh"
-    config.write_text(CONFIG)
+    (tmp_path / "fakeroot").mkdir()
+    job = fake_launch(tmp_path, SYSTEM, CONFIG)
     for name, target in [("srun", "srun"), ("scontrol", "scontrol")]:
         (tmp_path / "bin" / name).symlink_to(SLURM_FAKES / target)
-    env = {
-        "PATH": f"{tmp_path / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "CONFIG_FILE": str(config),
-        "DATADIR": str(tmp_path / "data"),
-        "LOGDIR": str(tmp_path / "results"),
-        "CONTAINER_RUNTIME": "none",
-        "PYTHON": str(FAKES / "python"),
-        "TUNABLES_ROOT": str(tmp_path / "fakeroot"),
-        "DROPCACHE_CMD": "true",
-        "FAKE_CALLS": str(tmp_path / "calls.tsv"),
-        "FAKE_STATE": str(tmp_path / "state"),
+    job.env.update({
         "FAKE_NODES": "node1 node2",
         "FAKE_NODEADDR": "node1-mgmt",
         "SLURM_JOB_ID": "42",
@@ -49,8 +35,8 @@ def job(tmp_path: Path) -> Launch:
         "SLURM_JOB_NODELIST": "node[1-2]",
         "SLURM_CPUS_ON_NODE": "8",
         "SLURM_SUBMIT_DIR": str(tmp_path),
-    }
-    return Launch(tmp_path, env)
+    })  # fmt: skip
+    return job
 
 
 def add_container_tools(job: Launch, *names: str) -> None:
