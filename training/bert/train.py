@@ -84,12 +84,12 @@ def main() -> int:
             cfg.max_seq_length,
             seed,
             static=cfg.compile,
-        ),  # fmt: skip
+        ),
         info.device,
     )
     eval_set = None
     status, accuracy, step, samples = constants.ABORTED, 0.0, 0, 0
-    train_time, window_start, window_samples = 0.0, time.perf_counter(), 0
+    window_start, window_samples = time.perf_counter(), 0  # throughput window: training since the last eval
     finite = torch.ones((), dtype=torch.bool, device=info.device)
     while step < max_steps:
         for lr_group in optimizer.param_groups:
@@ -112,7 +112,7 @@ def main() -> int:
                 )
         if step not in eval_steps:
             continue
-        train_time += time.perf_counter() - window_start
+        train_time = time.perf_counter() - window_start  # the NaN check above synchronised the device
         mllog.start(constants.EVAL_START, metadata={"epoch_num": samples})
         if eval_set is None:  # read once, kept on the device for every later eval
             eval_set = [b.to(info.device) for b in data.eval_batches(
@@ -128,7 +128,7 @@ def main() -> int:
         if accuracy >= cfg.target_accuracy:
             status = constants.SUCCESS
             break
-        window_start, window_samples, train_time = time.perf_counter(), 0, 0.0
+        window_start, window_samples = time.perf_counter(), 0
     mllog.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 0})
     mllog.event(constants.TRAIN_SAMPLES, samples)
     mllog.event(constants.EVAL_SAMPLES, data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples))
