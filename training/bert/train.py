@@ -102,7 +102,7 @@ def main() -> int:
         samples += gbs
         window_samples += gbs
         if step % cfg.log_freq == 0 or step in eval_steps or step == max_steps:
-            if dist.all_reduce_sum((~finite).float()).item() > 0:  # every rank must agree to stop
+            if dist.any_rank(~finite):
                 print(f"bert: non-finite loss at step {step}; ending the run as aborted", file=sys.stderr)
                 break
             if info.is_main and step % cfg.log_freq == 0:

@@ -71,6 +71,12 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def any_rank(flag: torch.Tensor) -> bool:
+    """True on every rank if `flag` (a 0-dim bool tensor) is True on any: ranks that must stop together
+    (e.g. on a non-finite loss) agree here, or the others would wait forever in their next collective."""
+    return all_reduce_sum(flag.float()).item() > 0
+
+
 def broadcast_int(value: int, device: torch.device) -> int:
     """Rank 0's value on every rank (used to agree on the run's seed)."""
     if not dist.is_initialized():

@@ -151,7 +151,7 @@ def main() -> int:
         window_samples += cfg.global_batch_size
         finite &= torch.isfinite(loss_sum)
         if step % cfg.log_freq == 0 or step in (next_eval, max_steps):
-            if dist.all_reduce_sum((~finite).float()).item() > 0:  # every rank must agree to stop
+            if dist.any_rank(~finite):
                 print(f"llama: non-finite loss by step {step}; ending the run as aborted", file=sys.stderr)
                 break
             if info.is_main and step % cfg.log_freq == 0:
