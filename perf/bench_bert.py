@@ -2,6 +2,9 @@
 
     python perf/bench_bert.py [--variants hf,eager,compiled] [--steps 30] [--tiny]
 
+Variants: hf; ours eager, compiled, compiled_cudagraphs, compiled_fp8 (the trainer's PRECISION=fp8: FP8
+matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise).
+
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
 (1-3 sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast.
 Peer: transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocast, AdamW(fused=True),
@@ -28,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.bert import data  # noqa: E402
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step  # noqa: E402
 from training.bert.optim import Lamb, param_groups  # noqa: E402
-from training.bert.train import apply_compile, apply_data_parallel, train_step  # noqa: E402
+from training.bert.train import apply_compile, apply_data_parallel, autocast_context, train_step  # noqa: E402
 from training.common import backends, dist  # noqa: E402
+from training.common.fp8 import apply_fp8  # noqa: E402
 
 SEQ, MAX_PRED = 512, 76
 ROWS = 48  # rows per step; --rows changes it
@@ -112,15 +116,17 @@ def bench_ours(
     steps,
     profile=False,
     compile_mode: str | None = None,
+    precision: str = "bf16",
 ):
     torch.manual_seed(0)
     info = dist.init_distributed()
     model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
+    fp8 = apply_fp8(model, precision == "fp8")
     optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
     train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
     batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
     it = iter(batches * 10_000)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16)
+    autocast = autocast_context(precision, device, fp8)
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     losses = [train_step(train_model, optimizer, it, 1, autocast, info) for _ in range(warmup)]
@@ -135,7 +141,8 @@ def bench_ours(
     return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
             "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
-            "first_loss": float(losses[0]), "spread_ms": [min(times), max(times)]}  # fmt: skip
+            "first_loss": float(losses[0]), "spread_ms": [min(times), max(times)],
+            "fp8": fp8.description}  # fmt: skip
 
 
 def bench_hf(shape, device, warmup, steps, rng):
@@ -238,18 +245,10 @@ def main() -> int:
         elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
             runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup,
                                        args.steps, args.profile, compile_mode="reduce-overhead")  # fmt: skip
-        elif variant in ("eager", "compiled"):
-            runs[variant] = bench_ours(
-                shape,
-                pool,
-                lens,
-                variant == "compiled",
-                args.attention,
-                device,
-                args.warmup,
-                args.steps,
-                args.profile,
-            )
+        elif variant in ("eager", "compiled", "compiled_fp8"):
+            runs[variant] = bench_ours(shape, pool, lens, variant != "eager", args.attention, device,
+                                       args.warmup, args.steps, args.profile,
+                                       precision="fp8" if variant == "compiled_fp8" else "bf16")  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
+from training.common.fp8 import apply_fp8  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.model import PRESETS, Llama, LlamaShape, cross_entropy  # noqa: E402
 
@@ -112,7 +113,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     model = build(kind, shape, device)
     if device.type != "cuda":
         initialize(model, kind, shape, device)
-    fp8 = parallel.apply_fp8(model, fp8_on, "torchao", "tensorwise", fsdp=mesh is not None)
+    fp8 = apply_fp8(model, fp8_on, "torchao", "tensorwise", fsdp=mesh is not None)
     if args.ac:
         if kind == "ours":
             parallel.apply_activation_checkpointing(model, True)

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Every single-GPU BERT measurement behind perf/RESULTS.md, in one call on the GPU machine:
-#   1. perf/bench_bert.py: the HF peer and our step (eager, compiled, compiled + CUDA graphs), side by side;
-#   2. the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline);
-#   3. the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards with
-#      a one-GPU config derived from config_H100_1x8x48.sh, and its logged tracked_stats throughput.
+#   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, default eager, compiled, compiled +
+#           CUDA graphs, compiled FP8), side by side;
+#   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline);
+#   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
+#           with a one-GPU config derived from config_H100_1x8x48.sh, and its logged tracked_stats throughput;
+#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8, 300 steps with an eval every 30:
+#           both masked-LM accuracy curves and their largest difference.
 # Host tunables are not touched here (TUNABLES_ROOT points at an empty folder: every setting reads absent).
-# Usage (repo root): OUT=/some/dir [STAGES="bench data runner"] bash perf/bert_gpu.sh
+# Usage (repo root): OUT=/some/dir [STAGES="bench data runner curves"] bash perf/bert_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1 PYTHON="${PYTHON:-python3}"
-stages="${STAGES:-bench data runner}"
+stages="${STAGES:-bench data runner curves}"
 work="$(mktemp -d)"
 
 if [[ ${stages} == *bench* ]]; then
-  "${PYTHON}" perf/bench_bert.py --variants hf,eager,compiled,compiled_cudagraphs 2>&1 | grep -v Warn |
+  "${PYTHON}" perf/bench_bert.py --variants "${BENCH_VARIANTS:-hf,eager,compiled,compiled_cudagraphs,compiled_fp8}" 2>&1 |
+    grep -v Warn |
     tee "${out}/bench.log"
   cp "${out}/bench_bert.json" "${out}/bench_synthetic.json"
 fi
@@ -24,7 +28,6 @@ if [[ ${stages} == *data* ]]; then
   "${PYTHON}" perf/bench_bert.py --variants compiled --data "${work}/bert_data" --rows 50 2>&1 | grep -v Warn |
     tee "${out}/bench_data.log"
 fi
-[[ ${stages} == *runner* ]] || exit 0
 
 # A one-GPU config derived from NVIDIA's H100 values, as a user would write one (docs/custom_configs.md).
 config="${work}/config_H100_1x1x50.sh"
@@ -32,17 +35,48 @@ sed -e 's/DGXNGPU=8/DGXNGPU=1/; s/BATCHSIZE=48/BATCHSIZE=50/; s/PACKING_FACTOR=2
   -e 's/MAX_SAMPLES_TERMINATION=4500000 EVAL_ITER_START_SAMPLES=150000 EVAL_ITER_SAMPLES=150000/MAX_SAMPLES_TERMINATION=48750 EVAL_ITER_START_SAMPLES=16250 EVAL_ITER_SAMPLES=16250/' \
   configs/bert/config_H100_1x8x48.sh > "${config}"
 printf 'export COMPILE=1 INIT_CHECKPOINT=none NUM_EVAL_EXAMPLES=500\n' >> "${config}"
-(
-  # shellcheck disable=SC1090
-  source "${config}"
-  export CONFIG_FILE="${config}" DATADIR="${work}/bert_data" LOGDIR="${out}/runner" NEXP=1 CONTAINER_RUNTIME=none
-  export CLEAR_CACHES=0
-  export TUNABLES_ROOT="${work}/no_host_tunables"
-  mkdir -p "${TUNABLES_ROOT}"
-  status=0
-  bash run_with_docker.sh > "${out}/runner.log" 2>&1 || status=$?
-  echo "runner exit status ${status} (non-zero expected: BERT-Large from scratch does not reach 0.720 here)"
-)
+
+runner() {  # runner LOGDIR [VAR=VALUE...]: the config above, NEXP=1, with these overrides
+  local logdir="$1" status=0
+  shift
+  (
+    # shellcheck disable=SC1090
+    source "${config}"
+    export CONFIG_FILE="${config}" DATADIR="${work}/bert_data" LOGDIR="${logdir}" NEXP=1 CONTAINER_RUNTIME=none
+    export CLEAR_CACHES=0 TUNABLES_ROOT="${work}/no_host_tunables"
+    for setting in "$@"; do export "${setting?}"; done
+    mkdir -p "${TUNABLES_ROOT}"
+    bash run_with_docker.sh
+  ) > "${logdir}.log" 2>&1 || status=$?
+  echo "runner ${logdir##*/}: exit status ${status} (non-zero expected: BERT-Large from scratch does not reach 0.720 here)"
+}
+
+if [[ ${stages} == *curves* ]]; then
+  for precision in bf16 fp8; do
+    runner "${out}/curve_${precision}" PRECISION="${precision}" SEED=1234 MAX_SAMPLES_TERMINATION=15000 \
+      EVAL_ITER_START_SAMPLES=1500 EVAL_ITER_SAMPLES=1500
+  done
+  "${PYTHON}" - "${out}" <<'PY'
+import json, re, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+curves = {}
+for precision in ("bf16", "fp8"):
+    log = next((out / f"curve_{precision}").glob("bert_*.log")).read_text()
+    events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log)]
+    curves[precision] = {e["metadata"]["epoch_num"]: e["value"] for e in events if e["key"] == "eval_accuracy"}
+    print(precision, "backends:", {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")})
+shared = sorted(set(curves["bf16"]) & set(curves["fp8"]))
+print("| samples | bf16 MLM accuracy | fp8 MLM accuracy | difference |\n|---|---|---|---|")
+for s in shared:
+    print(f"| {s} | {curves['bf16'][s]:.4f} | {curves['fp8'][s]:.4f} | {curves['fp8'][s] - curves['bf16'][s]:+.4f} |")
+if shared:
+    print(f"largest |difference|: {max(abs(curves['fp8'][s] - curves['bf16'][s]) for s in shared):.4f}")
+(out / "curves.json").write_text(json.dumps(curves, indent=2))
+PY
+fi
+[[ ${stages} == *runner* ]] || exit 0
+runner "${out}/runner"
 "${PYTHON}" - "${out}" <<'PY'
 import json, re, sys
 from pathlib import Path

@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from training.common import fp8 as fp8_module
+from training.common.fp8 import apply_fp8
 from training.llama import parallel
 from training.llama.model import Llama, LlamaShape, cross_entropy
 
@@ -38,7 +40,7 @@ def fresh() -> Llama:
 
 def test_features_off_are_no_ops():
     model = fresh()
-    assert parallel.apply_fp8(model, False).description == "off"
+    assert apply_fp8(model, False).description == "off"
     assert [
         parallel.apply_tp(model, None),
         parallel.apply_activation_checkpointing(model, False),
@@ -64,7 +66,7 @@ def test_fp8_torchao_swaps_the_block_linears_only():
     pytest.importorskip("torchao")
     loss, _ = loss_and_grads(fresh())
     model = fresh()
-    fp8 = parallel.apply_fp8(model, True, "torchao", "tensorwise")
+    fp8 = apply_fp8(model, True, "torchao", "tensorwise")
     assert fp8.backend == "torchao" and "14 linear layers" in fp8.description  # 2 blocks x 7 projections
     assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == "Float8Linear"
     loss8, grads8 = loss_and_grads(model, fp8)
@@ -72,6 +74,6 @@ def test_fp8_torchao_swaps_the_block_linears_only():
 
 
 def test_fp8_needs_a_backend(monkeypatch):
-    monkeypatch.setattr(parallel, "importable", lambda module: False)
+    monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     with pytest.raises(ValueError, match="neither is importable"):
-        parallel.apply_fp8(fresh(), True)
+        apply_fp8(fresh(), True)

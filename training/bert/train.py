@@ -12,7 +12,7 @@ import os
 import random
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -23,6 +23,7 @@ from training.bert.model import BertForPackedPretraining, BertShape, load_pretra
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
 from training.common import backends, dist
 from training.common.config import ConfigError, write_effective_config
+from training.common.fp8 import Fp8, apply_fp8
 from training.common.mllog import MLLogger, constants
 
 
@@ -50,7 +51,8 @@ def main() -> int:
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
-    chosen = {"attention": attention, "precision": precision,
+    fp8 = apply_fp8(model, precision == "fp8")
+    chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,
               "platform": backends.platform_name()}  # fmt: skip
@@ -61,7 +63,7 @@ def main() -> int:
     optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                      eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
     train_model = apply_compile(apply_data_parallel(model, info), cfg.compile)
-    autocast = autocast_context(precision, info.device)
+    autocast = autocast_context(precision, info.device, fp8)
     if cfg.logdir and cfg.run_tag and info.is_main:
         extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
                  "versions": backends.versions(), "available": backends.available()}  # fmt: skip
@@ -142,7 +144,7 @@ def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: d
     for micro in range(gradient_steps):
         batch = next(batches).to(info.device)
         sync = micro == gradient_steps - 1 or info.world_size == 1
-        with nullcontext() if sync else model.no_sync(), autocast:
+        with nullcontext() if sync else model.no_sync(), autocast():
             loss = pretraining_loss(*model(batch), batch)
         (loss / gradient_steps).backward()
     optimizer.step()
@@ -203,14 +205,22 @@ def apply_data_parallel(model: torch.nn.Module, info: dist.DistInfo) -> torch.nn
     return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
 
 
-def autocast_context(precision: str, device: torch.device):
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "fp16":
-        return torch.autocast(device.type, dtype=torch.float16)
-    if precision == "fp8":
-        raise ConfigError("PRECISION=fp8 for BERT is not implemented yet (see perf/RESULTS.md); use bf16")
-    return nullcontext()
+def autocast_context(precision: str, device: torch.device, fp8: Fp8 | None = None):
+    """A factory of the context every forward runs in: autocast to the compute dtype (bf16 under FP8 too,
+    whose matmuls are the swapped linear layers) and Transformer Engine's FP8 autocast where TE is the FP8
+    backend."""
+    dtype = {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
+        return nullcontext
+
+    def context() -> ExitStack:
+        stack = ExitStack()
+        stack.enter_context(torch.autocast(device.type, dtype=dtype))
+        if fp8 is not None:
+            stack.enter_context(fp8.forward_context())
+        return stack
+
+    return context
 
 
 @torch.no_grad()
@@ -219,7 +229,7 @@ def evaluate(model, eval_set, autocast, device) -> float:
     model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=device)
     for batch in eval_set:
-        with autocast:
+        with autocast():
             mlm_logits, _ = model(batch)
         totals[0] += (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
         totals[1] += batch.mlm_labels.numel()

@@ -46,7 +46,7 @@ def check(environ: Mapping[str, str]) -> list[str]:
     if not os.access(probe, os.W_OK):
         problems.append(f"INDEX_CACHE_DIR {cache} is not writable")
     if cfg.fp8:
-        from training.llama.parallel import choose_fp8_backend
+        from training.common.fp8 import choose_fp8_backend
 
         try:
             choose_fp8_backend(cfg.fp8_backend)

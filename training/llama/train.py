@@ -20,6 +20,7 @@ import torch
 
 from training.common import backends, dist
 from training.common.config import ConfigError, write_effective_config
+from training.common.fp8 import apply_fp8
 from training.common.mllog import MLLogger, constants
 from training.llama import data, optim, parallel
 from training.llama.config import (
@@ -69,7 +70,7 @@ def main() -> int:
         model = Llama(shape, choose_attention(cfg.attention, info.device))
     if not on_gpu:
         model.init_weights()  # full weights, identical on every rank, then sharded by the apply_* below
-    fp8 = parallel.apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp > 1)
+    fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp > 1)
     chosen = {
         "platform": backends.platform_name(),
         "attention": model.layers[0].self_attn.backend,

@@ -1,0 +1,198 @@
+"""Attention kernels on one GPU, forward + backward, for the two shapes our trainers run.
+
+    python perf/attention.py [bert] [llama]
+
+bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
+bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
+bool mask under each backend that accepts it, cuDNN's ragged kernel (ATen's `_cudnn_attention_forward` /
+`_backward` over the flattened rows, with dropout), flex attention with a document mask and PyTorch's
+varlen kernel (neither has dropout). Checked: each kernel against fp32 math without dropout, and for the
+ragged kernel with dropout that the backward drops what the forward dropped (<out, g> = <v, dv>, since
+out = P v for the dropped probabilities P).
+llama: one 8192-token causal sequence, 32 query heads and 8 key/value heads of 128 (Llama 3.1 8B), under
+SDPA's default choice, each backend forced, and cuDNN with the key/value heads expanded.
+Prints a table per part last: median ms (CUDA events) and TFLOP/s counting only useful work.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from perf.bench_bert import ROWS, SEQ, packed_rows, time_steps  # noqa: E402
+from training.bert import data  # noqa: E402
+from training.bert.attention import block_diagonal_mask  # noqa: E402
+
+
+def timed(results, name, step, useful_flop):
+    try:
+        ms = statistics.median(time_steps(step, 3, 20))
+        results.append((name, ms, f"{useful_flop / ms / 1e9:.0f}"))
+    except Exception as err:  # noqa: BLE001 - a backend that refuses these inputs is a result too
+        results.append((name, float("nan"), f"{type(err).__name__}: {str(err)[:100]}"))
+
+
+def table(title, results):
+    print(f"\n{title}\n| variant | ms | useful TFLOP/s |\n|---|---|---|")
+    for name, ms, rate in results:
+        print(f"| {name} | {ms:.2f} | {rate} |")
+
+
+def ragged(flat, grad, cu, p):
+    """cuDNN's ragged (THD) attention, forward then backward with the forward's philox seed and offset."""
+    q, k, v = (t.detach() for t in flat)
+    out, lse, *_, seed, offset, _ = torch.ops.aten._cudnn_attention_forward(
+        q, k, v, None, cu, cu, SEQ, SEQ, True, p, False, False
+    )
+    grads = torch.ops.aten._cudnn_attention_backward(
+        grad, q, k, v, out, lse, seed, offset, None, cu, cu, SEQ, SEQ, p, False
+    )
+    return (out, *grads)
+
+
+def bert() -> None:
+    heads, dim, dev = 16, 64, torch.device("cuda")
+    rows = packed_rows(np.random.default_rng(0), ROWS, 30522)
+    b = data.collate(rows, SEQ).to(dev)
+    padded_cu = data.pad_static(data.collate(rows, SEQ), ROWS).cu_seqlens.to(dev)
+    lens = [int(n) for r in rows for n in r[4]]
+    useful = 3 * 4 * heads * dim * sum(n * n for n in lens)  # fwd + bwd (= 2x fwd), QK^T and PV
+    q, k, v = (torch.randn(ROWS, heads, SEQ, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    mask = block_diagonal_mask(b.seq_ids)
+    grad = torch.randn_like(q)
+    results = []
+
+    def step_of(fn, g=grad):
+        return lambda: fn().backward(g)
+
+    for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        for p in (0.1, 0.0):
+
+            def fn(backend=backend, p=p):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+            timed(results, f"sdpa mask {backend.name.lower()} dropout {p}", step_of(fn), useful)
+    timed(results, "sdpa no mask flash (crosses sequences: lower bound)",
+          step_of(lambda: F.scaled_dot_product_attention(q, k, v)), useful)  # fmt: skip
+
+    flat = [t.detach().transpose(1, 2).reshape(ROWS * SEQ, heads, dim).requires_grad_() for t in (q, k, v)]
+    gflat = grad.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)
+    for p in (0.1, 0.0):
+        for name, cu in (("", b.cu_seqlens), (", cu padded", padded_cu)):
+            timed(
+                results,
+                f"cudnn ragged dropout {p}{name}",
+                lambda p=p, cu=cu: ragged(flat, gflat, cu, p),
+                useful,
+            )
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    ids = b.seq_ids.int()
+    block = create_block_mask(
+        lambda b_, h, qi, ki: ids[b_, qi] == ids[b_, ki], ROWS, None, SEQ, SEQ, device=dev
+    )
+    flex = torch.compile(flex_attention)
+    timed(
+        results,
+        "flex_attention doc mask (no dropout)",
+        step_of(lambda: flex(q, k, v, block_mask=block)),
+        useful,
+    )
+    from torch.nn.attention.varlen import varlen_attn
+
+    cu = b.cu_seqlens
+    timed(
+        results,
+        "torch varlen_attn (no dropout)",
+        step_of(lambda: varlen_attn(*flat, cu, cu, SEQ, SEQ), gflat),
+        useful,
+    )
+
+    real = b.seq_ids.view(-1) > 0  # tokens of real sequences (padding outputs are never read)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    ref = ref.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)[real]
+
+    def rel(out):
+        return float((out.float()[real] - ref).norm() / ref.norm())
+
+    with torch.no_grad():
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            print(f"sdpa {backend.name} vs fp32 math, no dropout: relative error "
+                  f"{rel(out.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)):.2e}")  # fmt: skip
+        for name, cu in (("", b.cu_seqlens), (" (cu padded)", padded_cu)):
+            print(f"cudnn ragged{name} vs fp32 math, no dropout: relative error "
+                  f"{rel(ragged(flat, gflat, cu, 0.0)[0]):.2e}")  # fmt: skip
+    out, dq, dk, dv = ragged(flat, gflat, padded_cu, 0.1)
+    lhs, rhs = float((out.float() * gflat.float()).sum()), float((flat[2].float() * dv.float()).sum())
+    print(
+        f"cudnn ragged, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
+        f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
+    )
+    table(
+        f"BERT per layer, fwd+bwd, {ROWS}x{SEQ} tokens, {len(lens)} sequences; x24 layers per step", results
+    )
+
+
+def llama() -> None:
+    dev, seq, heads, kv, dim = torch.device("cuda"), 8192, 32, 8, 128
+    q = torch.randn(1, heads, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (
+        torch.randn(1, kv, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)
+    )
+    grad = torch.randn_like(q)
+    useful = 6 * seq * seq * heads * dim  # causal: half of 4 s^2 h d forward, x3 with backward
+    results = []
+
+    def sdpa(backends, expand=False):
+        def step():
+            kk, vv = (t.repeat_interleave(heads // kv, dim=1) for t in (k, v)) if expand else (k, v)
+            with sdpa_kernel(backends) if backends else torch.enable_grad():
+                out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=not expand)
+            out.backward(grad)
+
+        return step
+
+    timed(results, "sdpa default choice (GQA)", sdpa(None), useful)
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        timed(results, f"sdpa {backend.name.lower()} (GQA)", sdpa([backend]), useful)
+    timed(
+        results, "sdpa cudnn_attention, k/v heads expanded", sdpa([SDPBackend.CUDNN_ATTENTION], True), useful
+    )
+    with torch.no_grad():
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).float()
+        for backend in (SDPBackend.CUDNN_ATTENTION,):
+            try:
+                with sdpa_kernel([backend]):
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).float()
+                print(
+                    f"llama {backend.name} vs default: relative difference "
+                    f"{float((out - ref).norm() / ref.norm()):.2e}"
+                )
+            except Exception as err:  # noqa: BLE001
+                print(f"llama {backend.name}: {type(err).__name__}: {str(err)[:200]}")
+    table(
+        f"Llama 3.1 8B attention per layer, fwd+bwd, causal, seq {seq}, {heads}/{kv} heads of {dim}", results
+    )
+
+
+def main() -> int:
+    parts = sys.argv[1:] or ["bert", "llama"]
+    for part in parts:
+        {"bert": bert, "llama": llama}[part]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
