@@ -154,6 +154,14 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     step()  # the first step compiles
     first_step_s = time.perf_counter() - t0
     times = time_steps(step, args.warmup, args.steps, device)
+    if args.profile and device.type == "cuda" and dist.get_rank() == 0:
+        from perf.bench_bert import print_profile
+
+        print(f"{variant}, rank 0:")
+        print_profile(step, steps=2, top=30)
+    elif args.profile and device.type == "cuda":
+        for _ in range(2):  # the other ranks step along with rank 0's profiled steps
+            step()
     peak = torch.tensor(
         torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
     )
@@ -207,6 +215,7 @@ def main() -> int:
     ap.add_argument(
         "--tiny", action="store_true", help="a 2-layer toy model (smoke test; runs on CPU with gloo)"
     )
+    ap.add_argument("--profile", action="store_true", help="print rank 0's top GPU kernels per variant")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
     if gpu:

@@ -46,6 +46,7 @@ load_config() {
   : "${DATADIR:?DATADIR not set: export DATADIR=<the prepared data folder>}"
   : "${LOGDIR:=./results}"
   : "${NEXP:=1}"
+  [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]+$ ]] || die "SEED=${SEED}: not a non-negative integer"
   : "${CLEAR_CACHES:=1}"
   : "${CONT_NAME:=mlperf_${BENCHMARK}}"
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
@@ -159,7 +160,11 @@ run_experiments() {
   for ((k = 1; k <= NEXP; k++)); do
     tag="${_prefix}_$((first + k - 1))"
     _log="${LOGDIR}/${tag}.log"
-    seed=$(($(od -An -N4 -tu4 /dev/urandom) & 0x7fffffff))
+    if [[ -n ${SEED:-} ]]; then # a fixed first seed (to repeat runs): SEED, SEED+1, ... for the trials
+      seed=$((SEED + k - 1))
+    else
+      seed=$(($(od -An -N4 -tu4 /dev/urandom) & 0x7fffffff))
+    fi
     # The trial runs as its own process group, so a signal handler can stop all of it. The subshell and tee
     # ignore the stop signal: tee keeps writing the run's last words to the log until the run has ended.
     set -m

@@ -38,6 +38,13 @@ def test_each_run_gets_its_tag_seed_and_config(launch):
         assert run.argv[2:4] == ["--nproc_per_node=2", "--standalone"]
 
 
+def test_a_fixed_seed_repeats_runs_and_a_bad_one_is_refused(launch):
+    assert launch.run(NEXP="2", SEED="41").returncode == 0
+    assert [r.env["SEED"] for r in launch.module_calls("torch.distributed.run")] == ["41", "42"]
+    result = launch.run(SEED="4x")
+    assert result.returncode == 2 and "SEED=4x: not a non-negative integer" in result.stderr
+
+
 def test_a_second_invocation_adds_logs(launch):
     assert launch.run(NEXP="2").returncode == 0
     first = (launch.logdir / f"{PREFIX}_1.log").read_text()
