@@ -5,8 +5,8 @@
 #   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline);
 #   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
 #           with a one-GPU config derived from config_H100_1x8x48.sh, and its logged tracked_stats throughput;
-#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8, 300 steps with an eval every 30:
-#           both masked-LM accuracy curves and their largest difference.
+#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8, 200 steps with an eval every 20:
+#           both masked-LM accuracy curves (and training losses) and their largest difference.
 # Host tunables are not touched here (TUNABLES_ROOT points at an empty folder: every setting reads absent).
 # Usage (repo root): OUT=/some/dir [STAGES="bench data runner curves"] bash perf/bert_gpu.sh
 set -euo pipefail
@@ -53,8 +53,8 @@ runner() {  # runner LOGDIR [VAR=VALUE...]: the config above, NEXP=1, with these
 
 if [[ ${stages} == *curves* ]]; then
   for precision in bf16 fp8; do
-    runner "${out}/curve_${precision}" PRECISION="${precision}" SEED=1234 MAX_SAMPLES_TERMINATION=15000 \
-      EVAL_ITER_START_SAMPLES=1500 EVAL_ITER_SAMPLES=1500
+    runner "${out}/curve_${precision}" PRECISION="${precision}" SEED=1234 MAX_SAMPLES_TERMINATION=10000 \
+      EVAL_ITER_START_SAMPLES=1000 EVAL_ITER_SAMPLES=1000 LOG_FREQ=20
   done
   "${PYTHON}" - "${out}" <<'PY'
 import json, re, sys
@@ -65,11 +65,15 @@ for precision in ("bf16", "fp8"):
     log = next((out / f"curve_{precision}").glob("bert_*.log")).read_text()
     events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log)]
     curves[precision] = {e["metadata"]["epoch_num"]: e["value"] for e in events if e["key"] == "eval_accuracy"}
+    curves[precision + "_train_loss"] = {int(s): float(v) for s, v in re.findall(r"^step \d+ samples (\d+) loss ([\d.]+)", log, re.M)}
     print(precision, "backends:", {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")})
 shared = sorted(set(curves["bf16"]) & set(curves["fp8"]))
 print("| samples | bf16 MLM accuracy | fp8 MLM accuracy | difference |\n|---|---|---|---|")
 for s in shared:
     print(f"| {s} | {curves['bf16'][s]:.4f} | {curves['fp8'][s]:.4f} | {curves['fp8'][s] - curves['bf16'][s]:+.4f} |")
+losses = sorted(set(curves["bf16_train_loss"]) & set(curves["fp8_train_loss"]))
+print("training loss (samples: bf16 / fp8):", ", ".join(
+    f"{s}: {curves['bf16_train_loss'][s]:.3f} / {curves['fp8_train_loss'][s]:.3f}" for s in losses))
 if shared:
     print(f"largest |difference|: {max(abs(curves['fp8'][s] - curves['bf16'][s]) for s in shared):.4f}")
 (out / "curves.json").write_text(json.dumps(curves, indent=2))

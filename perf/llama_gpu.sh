@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Llama trainer itself on the GPU(s), through the runner (run_with_docker.sh, CONTAINER_RUNTIME=none):
 # data made from the bundled excerpt by the real pipeline, a mid-size Llama (NOT the 8B: no C4 here) built
-# from the CPU default's config with bf16, FP8 (torchao or TE), compiled blocks and FSDP2 over every GPU,
+# from the CPU default's config (its 256-token sequences and 1,024 eval samples) with bf16, FP8 (torchao or TE), compiled blocks and FSDP2 over every GPU,
 # NEXP=2, scored and compliance-checked. Prints the runs' eval losses, throughput and the summary.
 # Host tunables are not touched (TUNABLES_ROOT points at an empty folder).
 # Usage (repo root): OUT=/some/dir bash perf/llama_gpu.sh
@@ -16,8 +16,8 @@ config="${work}/config_GPU_1x${gpus}x4.sh"
   sed -e "s/DGXNGPU=1/DGXNGPU=${gpus}/; s/PRECISION=fp32/PRECISION=bf16/; s/MLPERF_SUBMISSION_PLATFORM=CPU/MLPERF_SUBMISSION_PLATFORM=GPU/" \
     configs/llama31_8b/config_CPU_1x1x1_8b.sh
   echo "export NUM_LAYERS=4 HIDDEN_SIZE=1024 FFN_HIDDEN_SIZE=3584 NUM_ATTENTION_HEADS=16 NUM_QUERY_GROUPS=4"
-  echo "export SEQ_LENGTH=1024 GBS=$((8 * gpus)) MBS=4 MAX_LR=1e-3 WARMUP_STEPS=8"
-  echo "export EVAL_EVERY=$((64 * gpus)) EVAL_SAMPLES=256 MAX_SAMPLES_TERMINATION=$((2048 * gpus))"
+  echo "export GBS=$((8 * gpus)) MBS=8 MAX_LR=1e-3 WARMUP_STEPS=8"
+  echo "export EVAL_EVERY=$((128 * gpus)) MAX_SAMPLES_TERMINATION=$((4096 * gpus))"
   echo "export FP8=1 COMPILE=1 SYNTHETIC_WARMUP_STEPS=2 NUM_WORKERS=2"
 } > "${config}"
 status=0
