@@ -78,6 +78,8 @@ def apply_fp8(
                     if child.weight.device.type != "meta":
                         with torch.no_grad():
                             new.weight.copy_(child.weight)
+                            if child.bias is not None:  # BERT's linears have biases (a checkpoint's too)
+                                new.bias.copy_(child.bias)
                     setattr(module, name, new)
                     swapped += 1
         fp8_recipe = DelayedScaling(
