@@ -104,8 +104,11 @@ def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[floa
 
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
-    kind, precision, *mode = variant.split("-")
-    compiled = (mode[0] == "compile") if mode else args.compile
+    kind, precision, *modes = variant.split("-")
+    unknown = set(modes) - {"compile", "eager", "keep"}
+    if unknown:
+        raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
+    compiled = "compile" in modes or (args.compile and "eager" not in modes)
     fp8_on = precision == "fp8"
     if fp8_on and device.type != "cuda":
         return {"skipped": "FP8 needs a GPU"}
@@ -120,7 +123,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     parallel.apply_compile(model, compiled)
-    parallel.apply_fsdp(model, mesh, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    parallel.apply_fsdp(
+        model, mesh, torch.bfloat16 if device.type == "cuda" else torch.float32, "keep" not in modes
+    )
     if device.type == "cuda":
         model.to_empty(device=device)
         initialize(model, kind, shape, device)
@@ -204,7 +209,8 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8>[-compile|-eager], comma-separated",
+        help="<ours|hf>-<bf16|fp8>[-compile|-eager][-keep], comma-separated (keep: FSDP2 keeps the blocks "
+        "gathered from forward to backward, RESHARD_AFTER_FORWARD=0)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -266,22 +272,23 @@ def main() -> int:
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "bench_llama.json").write_text(json.dumps(results, indent=2) + "\n")
         print(f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, FSDP2; {formula}")
-        print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision |")
-        print("|---|---|---|---|---|---|")
+        print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision "
+              "| vs HF bf16 |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+
+        def ratio(r: dict, peer_name: str) -> str:
+            peer = results["runs"].get(peer_name, {})
+            return f"{r['tokens_per_s_per_gpu'] / peer['tokens_per_s_per_gpu']:.2f}x" if "ms" in peer else "-"
+
         for name, r in results["runs"].items():
             if "ms" not in r:
-                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")
+                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | | |")
                 continue
-            peer = results["runs"].get(name.replace("ours", "hf", 1), {})
-            ratio = (
-                f"{r['tokens_per_s_per_gpu'] / peer['tokens_per_s_per_gpu']:.2f}x"
-                if name.startswith("ours") and "ms" in peer
-                else "-"
-            )
+            same = ratio(r, "hf-" + name.split("-")[1]) if name.startswith("ours") else "-"
             print(
                 f"| {name} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | "
-                f"{r['model_tflops_per_gpu']:.1f} | "
-                f"{r['peak_gib']:.1f} | {ratio} |"
+                f"{r['model_tflops_per_gpu']:.1f} | {r['peak_gib']:.1f} | {same} | "
+                f"{ratio(r, 'hf-bf16') if name != 'hf-bf16' else '-'} |"
             )
     dist.destroy_process_group()
     return 0

@@ -8,6 +8,7 @@ single-process reference, writing per-step losses and the final full weights for
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -75,7 +76,8 @@ def main(dp: int, tp: int, accum: int, out: Path) -> None:
     rank = dist.get_rank()
     mesh = parallel.build_mesh("cpu", dp, tp)
     model = full_model()
-    described = [parallel.apply_tp(model, mesh), parallel.apply_fsdp(model, mesh, torch.float32)]
+    reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
+    described = [parallel.apply_tp(model, mesh), parallel.apply_fsdp(model, mesh, torch.float32, reshard)]
     dp_rank = rank // tp
 
     def rows(t: torch.Tensor) -> torch.Tensor:

@@ -24,11 +24,13 @@ def reference():
 
 
 @pytest.mark.parametrize(
-    "dp, tp, accum", [(2, 1, 2), (1, 2, 1), (2, 2, 2)], ids=["fsdp2-dp2-accum2", "tp2", "fsdp2-dp2-x-tp2"]
+    "dp, tp, accum, reshard",
+    [(2, 1, 2, "1"), (2, 1, 2, "0"), (1, 2, 1, "1"), (2, 2, 2, "1")],
+    ids=["fsdp2-dp2-accum2", "fsdp2-dp2-accum2-kept-gathered", "tp2", "fsdp2-dp2-x-tp2"],
 )
-def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum):
+def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum, reshard):
     out = tmp_path / "result.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RESHARD_AFTER_FORWARD": reshard}
     cmd = [
         sys.executable,
         "-m",
@@ -46,6 +48,7 @@ def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp
     result = torch.load(out)
     ref_losses, ref_state = reference
     assert result["described"][0 if tp > 1 else 1] != "off"
+    assert ("kept gathered" in result["described"][1]) == (reshard == "0")
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
     for name, value in ref_state.items():
         torch.testing.assert_close(result["state"][name], value, atol=1e-5, rtol=1e-4, msg=name)

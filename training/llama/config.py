@@ -102,6 +102,9 @@ class LlamaPretrainConfig(RunSettings):
     )
     fp8_recipe: str = var("FP8_RECIPE", "tensorwise", help="torchao recipe: tensorwise | rowwise")
     activation_checkpointing: bool = var("ACTIVATION_CHECKPOINTING", False)
+    reshard_after_forward: bool = var(
+        "RESHARD_AFTER_FORWARD", True, help="0: FSDP2 keeps every block gathered from forward to backward"
+    )
     compile: bool = var("COMPILE", False, help="torch.compile each transformer block")
     synthetic_warmup_steps: int = var(
         "SYNTHETIC_WARMUP_STEPS",

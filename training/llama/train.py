@@ -82,7 +82,7 @@ def main() -> int:
         ),
         "compile": parallel.apply_compile(model, cfg.compile),
         "data_parallel": parallel.apply_fsdp(
-            model, mesh, torch.bfloat16 if precision == "bf16" else torch.float32
+            model, mesh, torch.bfloat16 if precision == "bf16" else torch.float32, cfg.reshard_after_forward
         ),
     }
     if on_gpu:
