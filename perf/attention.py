@@ -94,13 +94,6 @@ def bert() -> None:
                 lambda p=p, cu=cu: ragged(flat, gflat, cu, p),
                 useful,
             )
-    from training.bert import triton_attention as ta
-
-    qkv = torch.stack([t.detach().transpose(1, 2) for t in (q, k, v)], 2).requires_grad_()
-    ids, g_blhd = b.seq_ids, grad.transpose(1, 2)
-    for p in (0.1, 0.0):
-        fn = step_of(lambda p=p: ta.packed_flash_attention(qkv, ids, p), g_blhd)
-        timed(results, f"triton packed flash (ours) dropout {p}", fn, useful)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     ids = b.seq_ids.int()
@@ -147,50 +140,9 @@ def bert() -> None:
         f"cudnn ragged, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
         f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
     )
-    check_triton(qkv, b, mask, grad.transpose(1, 2).contiguous())
     table(
         f"BERT per layer, fwd+bwd, {ROWS}x{SEQ} tokens, {len(lens)} sequences; x24 layers per step", results
     )
-
-
-def check_triton(qkv, b, mask, grad) -> None:
-    """Our Triton kernel against fp32 math, without dropout and with it: the reference then applies the
-    kernel's own dropout mask, regenerated from the seed the forward drew."""
-    import triton
-    import triton.language as tl
-
-    from training.bert import triton_attention as ta
-
-    @triton.jit
-    def keep_mask(M, SEED, p_drop, L, BM: tl.constexpr):
-        m, n, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        offs_m, offs_n = m * BM + tl.arange(0, BM), n * BM + tl.arange(0, BM)
-        keep = ta._dropout_keep(tl.load(SEED), bh, offs_m, offs_n, L, p_drop)
-        tl.store(M + bh * L * L + offs_m[:, None] * L + offs_n[None, :], keep.to(tl.int8))
-
-    B, L, _, H, D = qkv.shape
-    real = (b.seq_ids > 0)[..., None, None]
-    for p in (0.0, 0.1):
-        x = qkv.detach().clone().requires_grad_()
-        state = torch.cuda.get_rng_state()
-        out = ta.packed_flash_attention(x, b.seq_ids, p)
-        out.backward(grad)
-        factor = None
-        if p:
-            torch.cuda.set_rng_state(state)  # the seed the forward drew
-            seed = torch.randint(0, 2**31 - 1, (1,), device=qkv.device, dtype=torch.int64)
-            keep = torch.empty(B * H, L, L, device=qkv.device, dtype=torch.int8)
-            keep_mask[(L // 64, L // 64, B * H)](keep, seed, p, L, BM=64)
-            factor = keep.view(B, H, L, L).float() / (1 - p)
-        y = qkv.detach().float().requires_grad_()
-        qf, kf, vf = (y[:, :, i].transpose(1, 2) for i in range(3))
-        probs = (qf @ kf.transpose(-1, -2) * D**-0.5).masked_fill(~mask, float("-inf")).softmax(-1)
-        ref = ((probs if factor is None else probs * factor) @ vf).transpose(1, 2)
-        ref.backward(grad.float())
-        err = float(((out.float() - ref) * real).norm() / (ref * real).norm())
-        gerr = float((x.grad.float() - y.grad).norm() / y.grad.norm())
-        kept = "" if factor is None else f", {float(factor.gt(0).float().mean()):.4f} of probabilities kept"
-        print(f"triton packed flash, dropout {p}, vs fp32 math: output {err:.2e}, gradient {gerr:.2e}{kept}")
 
 
 def llama() -> None:

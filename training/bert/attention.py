@@ -8,8 +8,6 @@ Implementations (chosen once at start by `training.common.backends.choose_attent
   (perf/attention_bert.py, 2026-11-22: 1.52 vs 3.46 ms per layer, fwd+bwd).
 - `flash_attn`: flash-attn's varlen kernel over the flattened rows (`cu_seqlens`), no padding work.
 - `torch_varlen`: PyTorch's own varlen kernel (CUDA); it has no dropout, so it serves eval only.
-- `triton`: our Triton flash attention for packed rows (`triton_attention.py`), with dropout: skips the
-  blocks across sequences and reads q, k, v in place from the fused projection.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen", "triton")
+IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -30,13 +28,8 @@ def block_diagonal_mask(seq_ids: torch.Tensor) -> torch.Tensor:
     return seq_ids[:, None, :, None] == seq_ids[:, None, None, :]
 
 
-def packed_attention(impl: str, qkv: torch.Tensor, b, dropout_p: float = 0.0) -> torch.Tensor:
-    """qkv: [B, L, 3, heads, head_dim] -> context [B, L, heads, head_dim]."""
-    if impl == "triton":
-        from training.bert.triton_attention import packed_flash_attention
-
-        return packed_flash_attention(qkv, b.seq_ids, dropout_p)
-    q, k, v = qkv.unbind(2)
+def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Tensor:
+    """q, k, v: [B, L, heads, head_dim] -> context [B, L, heads, head_dim]."""
     B, L, heads, dim = q.shape
     if impl in ("sdpa", "sdpa_cudnn"):
         with sdpa_kernel(_CUDNN_FIRST, set_priority=True) if impl == "sdpa_cudnn" else nullcontext():
