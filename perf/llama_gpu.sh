@@ -8,15 +8,17 @@
 #     blocks, blocks kept gathered) on this machine's GPUs, 20 steps (32 eval sequences: the excerpt holds no
 #     more), NEXP=1: the trainer's own tracked_stats throughput in tokens/s per GPU, to set beside
 #     perf/bench_llama.py's.
+# OVERRIDES="VAR=value ..." are appended to the config; NAME (default llama_runner) names the results folder;
+# RUNS sets NEXP for SIZE=small (default 2).
 # Host tunables are not touched (TUNABLES_ROOT points at an empty folder).
-# Usage (repo root): OUT=/some/dir [SIZE=8b] bash perf/llama_gpu.sh
+# Usage (repo root): OUT=/some/dir [SIZE=8b] [OVERRIDES=...] [NAME=...] bash perf/llama_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 work="$(mktemp -d)"
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 ./input_preprocessing/llama/prepare_data.sh --outputdir "${work}/llama_data" --sample > "${out}/llama_prepare.log" 2>&1
-nexp=2
+nexp="${RUNS:-2}"
 if [[ ${SIZE:-small} == 8b ]]; then
   nexp=1
   config="${work}/config_H200_1x${gpus}x1_8b.sh"
@@ -36,24 +38,26 @@ else
     echo "export FP8=1 COMPILE=1 SYNTHETIC_WARMUP_STEPS=2 NUM_WORKERS=2"
   } > "${config}"
 fi
+[[ -z ${OVERRIDES:-} ]] || echo "export ${OVERRIDES}" >> "${config}"
+name="${NAME:-llama_runner}"
 status=0
 (
   # shellcheck disable=SC1090
   source "${config}"
-  export CONFIG_FILE="${config}" DATADIR="${work}/llama_data" LOGDIR="${out}/llama_runner" NEXP="${nexp}"
+  export CONFIG_FILE="${config}" DATADIR="${work}/llama_data" LOGDIR="${out}/${name}" NEXP="${nexp}"
   export CONTAINER_RUNTIME=none CLEAR_CACHES=0 TUNABLES_ROOT="${work}/no_host_tunables"
   mkdir -p "${TUNABLES_ROOT}"
   bash run_with_docker.sh
-) > "${out}/llama_runner.log" 2>&1 || status=$?
-grep -h -o '"key": "\(eval_accuracy\|tracked_stats\|run_stop\|backend_[a-z_]*\)".*' "${out}"/llama_runner/*.log |
+) > "${out}/${name}.log" 2>&1 || status=$?
+grep -h -o '"key": "\(eval_accuracy\|tracked_stats\|run_stop\|backend_[a-z_]*\)".*' "${out}/${name}"/*.log |
   cut -c1-160 || true
-tail -n 25 "${out}/llama_runner.log"
+tail -n 25 "${out}/${name}.log"
 echo "runner exit status ${status}"
-python3 - "${out}" "${gpus}" <<'PY'
+python3 - "${out}/${name}" "${gpus}" <<'PY'
 import json, re, sys
 from pathlib import Path
-out, gpus = Path(sys.argv[1]), int(sys.argv[2])
-for log in sorted((out / "llama_runner").glob("llama31_8b_*.log")):
+logdir, gpus = Path(sys.argv[1]), int(sys.argv[2])
+for log in sorted(logdir.glob("llama31_8b_*.log")):
     events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log.read_text())]
     seq = next((e["value"] for e in events if e["key"] == "max_sequence_length"), None)
     stats = [e["value"]["throughput"] for e in events if e["key"] == "tracked_stats"]

@@ -156,7 +156,15 @@ class LlamaPretrainConfig(RunSettings):
                 "(8B fits one GPU's share under FSDP2; use TP and data parallelism)"
             )
         if self.cp > 1:
-            problems.append(f"CONTEXT_PARALLEL_SIZE={self.cp}: context parallelism is not implemented")
+            cp = "CONTEXT_PARALLEL_SIZE>1"
+            if self.tp > 1:
+                problems.append(f"{cp} with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented")
+            if self.compile:
+                problems.append(f"{cp} with COMPILE=1 is not implemented (PyTorch's context parallelism "
+                                "swaps the attention function at run time)")  # fmt: skip
+            if self.seq_length % (2 * self.cp):
+                problems.append(f"SEQ_LENGTH={self.seq_length} is not a multiple of 2 x {cp[:-2]} "
+                                "(each rank holds a head and a tail chunk of every sequence)")  # fmt: skip
         if self.fp8 and self.tp > 1:
             problems.append(
                 "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented (FP8 runs with FSDP2 only)"

@@ -10,6 +10,8 @@ Each is a no-op when its feature is off and returns one line saying what it did 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -20,11 +22,28 @@ def transformer_blocks(model: nn.Module) -> nn.ModuleList:
     return model.layers if hasattr(model, "layers") else model.model.layers
 
 
-def build_mesh(device_type: str, dp: int, tp: int) -> DeviceMesh | None:
-    """A (dp, tp) mesh over all ranks (rank = dp_rank x tp + tp_rank); None for a single process."""
-    if dp * tp == 1:
+def build_mesh(device_type: str, dp: int, tp: int, cp: int = 1) -> DeviceMesh | None:
+    """A (dp, cp, tp) mesh over all ranks (rank = (dp_rank x cp + cp_rank) x tp + tp_rank); None for a single
+    process."""
+    if dp * cp * tp == 1:
         return None
-    return init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+    return init_device_mesh(device_type, (dp, cp, tp), mesh_dim_names=("dp", "cp", "tp"))
+
+
+def context_parallel(mesh: DeviceMesh | None, tokens: torch.Tensor, labels: torch.Tensor):
+    """(context, position ids) for one micro-batch. With CP, PyTorch's context parallelism shards tokens,
+    labels and positions along the sequence when the context is entered (in place; each rank keeps a head
+    and a tail chunk, which balances causal attention) and runs SDPA as ring attention inside it, backward
+    included. Without CP: a null context and the full sequence's positions."""
+    positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens).contiguous()
+    if mesh is None or mesh["cp"].size() == 1:
+        return contextlib.nullcontext(), positions
+    from torch.distributed.tensor.experimental import context_parallel as cp_context
+
+    buffers = [tokens, labels, positions]
+    return cp_context(
+        mesh["cp"], buffers=buffers, buffer_seq_dims=[1, 1, 1], no_restore_buffers=set(buffers)
+    ), positions
 
 
 def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
@@ -76,19 +95,22 @@ def apply_fsdp(
     reduce-scattered in float32. The last block keeps its gathered weights for the backward that follows;
     with `reshard_after_forward=False` every block does (no second all-gather in backward, at the cost of
     all blocks' gathered weights in memory between forward and backward: 16 GB in bf16 for 8B)."""
-    if mesh is None or mesh["dp"].size() == 1:
+    if mesh is None or mesh["dp"].size() * mesh["cp"].size() == 1:
         return "off"
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # context-parallel ranks hold different tokens of the same sequences: they shard the weights too
+    shard_mesh = mesh["dp", "cp"]._flatten("dp_cp") if mesh["cp"].size() > 1 else mesh["dp"]
 
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     blocks = transformer_blocks(model)
     for i, block in enumerate(blocks):
         reshard = reshard_after_forward and i < len(blocks) - 1
-        fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
+        fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mesh=shard_mesh, mp_policy=policy)
     name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(param_dtype, str(param_dtype))
     kept = "" if reshard_after_forward else ", blocks kept gathered from forward to backward"
-    return f"FSDP2 over {mesh['dp'].size()} ranks ({name} compute params, fp32 master and reduce{kept})"
+    return f"FSDP2 over {shard_mesh.size()} ranks ({name} compute params, fp32 master and reduce{kept})"
 
 
 def reshard(model: nn.Module) -> None:

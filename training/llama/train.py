@@ -65,12 +65,14 @@ def main() -> int:
 
     precision = backends.choose_precision(cfg.precision)
     on_gpu = info.device.type == "cuda"
-    mesh = parallel.build_mesh(info.device.type, par.dp, par.tp)
+    if par.cp > 1 and not on_gpu:
+        raise ConfigError("CONTEXT_PARALLEL_SIZE>1 needs GPUs (ring attention runs on the CUDA/ROCm kernels)")
+    mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp)
     with torch.device("meta" if on_gpu else info.device):  # GPU: allocate only this rank's shards
         model = Llama(shape, choose_attention(cfg.attention, info.device))
     if not on_gpu:
         model.init_weights()  # full weights, identical on every rank, then sharded by the apply_* below
-    fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp > 1)
+    fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp * par.cp > 1)
     chosen = {
         "platform": backends.platform_name(),
         "attention": model.layers[0].self_attn.backend,
@@ -112,7 +114,7 @@ def main() -> int:
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
     synthetic_warmup(model, cfg, info.device, autocast, fp8)
     params = [p for group in optimizer.param_groups for p in group["params"]]  # the sharded parameters
-    dp_rank = info.rank // par.tp
+    dp_rank = info.rank // (par.tp * par.cp)  # the ranks of a TP or CP group read the same sequences
     first_eval, eval_every = cfg.eval_steps()
     max_steps = cfg.max_train_steps()
     dist.barrier()
@@ -139,10 +141,15 @@ def main() -> int:
             # FSDP2: reduce-scatter the gradients after the last micro-batch only
             if hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(micro == par.grad_accum - 1)
-            with autocast, fp8.forward_context():
-                loss = cross_entropy(model(tokens), labels)
-            (loss / par.grad_accum).backward()
+            cp_context, positions = parallel.context_parallel(mesh, tokens, labels)
+            with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
+                with autocast, fp8.forward_context():
+                    loss = cross_entropy(model(tokens, positions), labels)
+                (loss / par.grad_accum).backward()
             loss_sum += loss.detach() / par.grad_accum
+        if par.cp > 1:  # each CP rank saw its own tokens: the step's loss is their mean
+            torch.distributed.all_reduce(loss_sum, group=mesh["cp"].get_group())
+            loss_sum /= par.cp
         grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
