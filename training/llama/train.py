@@ -147,9 +147,9 @@ def main() -> int:
                     loss = cross_entropy(model(tokens, positions), labels)
                 (loss / par.grad_accum).backward()
             loss_sum += loss.detach() / par.grad_accum
-        if par.cp > 1:  # each CP rank saw its own tokens: the step's loss is their mean
-            torch.distributed.all_reduce(loss_sum, group=mesh["cp"].get_group())
-            loss_sum /= par.cp
+        # the step's loss over all its sequences: the mean of every rank's (data-parallel ranks read different
+        # sequences, context-parallel ranks different chunks of them, tensor-parallel ranks the same)
+        loss_sum = dist.all_reduce_sum(loss_sum) / info.world_size
         grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
