@@ -35,7 +35,8 @@ def context_parallel(mesh: DeviceMesh | None, tokens: torch.Tensor, labels: torc
     labels and positions along the sequence when the context is entered (in place; each rank keeps a head
     and a tail chunk, which balances causal attention) and runs SDPA as ring attention inside it, backward
     included. Without CP: a null context and the full sequence's positions."""
-    positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens).contiguous()
+    # (1, seq), as the model's own default: the compiled blocks see the shapes of the warm-up and evaluation
+    positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
     if mesh is None or mesh["cp"].size() == 1:
         return contextlib.nullcontext(), positions
     from torch.distributed.tensor.experimental import context_parallel as cp_context
