@@ -3,13 +3,17 @@ Llama through the trainer's own apply_tp / apply_fsdp / clip / optimizer, from t
 single-process reference, writing per-step losses and the final full weights for comparison.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/llama/parallel_worker.py \
-        DP TP ACCUM OUT
+        DP TP ACCUM OUT [PP]
+
+With PP > 1 the steps run through the trainer's pipeline schedule, and the worker also evaluates VALIDATION
+through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -17,8 +21,11 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from training.common.fp8 import Fp8  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
+from training.llama.config import Parallelism  # noqa: E402
 from training.llama.model import Llama, LlamaShape, cross_entropy  # noqa: E402
+from training.llama.train import evaluate, pipeline_loss  # noqa: E402
 
 SHAPE = LlamaShape(
     num_layers=2,
@@ -30,6 +37,9 @@ SHAPE = LlamaShape(
     max_seq_length=32,
 )
 GBS, SEQ, STEPS, LR = 8, 32, 3, 1e-2
+
+
+VALIDATION = torch.randint(0, SHAPE.vocab_size, (5, SEQ + 1), generator=torch.Generator().manual_seed(11))
 
 
 def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -71,30 +81,64 @@ def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
     return losses
 
 
-def main(dp: int, tp: int, accum: int, out: Path) -> None:
+def train_pipeline(model, schedule, mesh, rank_rows, pp: int) -> list[float]:
+    """`train` through the trainer's pipeline schedule: the step's micro-batches at once, the loss from the
+    last stage, the gradient norm over all stages."""
+    optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
+    params = list(model.parameters())
+    losses = []
+    for tokens, labels in batches():
+        step_losses = []
+        parallel.pipeline_step(schedule, mesh, rank_rows(tokens), rank_rows(labels), step_losses)
+        parallel.clip_grad_norm_(params, 0.5, mesh["pp"].get_group())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.stack(step_losses).mean().detach() if step_losses else torch.zeros(())
+        dist.all_reduce(total)
+        losses.append((total / (dist.get_world_size() // pp)).item())
+    return losses
+
+
+def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    mesh = parallel.build_mesh("cpu", dp, tp)
+    mesh = parallel.build_mesh("cpu", dp, tp, pp=pp)
     model = full_model()
     reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
-    described = [parallel.apply_tp(model, mesh), parallel.apply_fsdp(model, mesh, torch.float32, reshard)]
-    dp_rank = rank // tp
+    described = [parallel.apply_pp(model, mesh), parallel.apply_tp(model, mesh)]
+    described.append(parallel.apply_fsdp(model, mesh, torch.float32, reshard))
+    dp_rank = rank // (tp * pp)
 
     def rows(t: torch.Tensor) -> torch.Tensor:
         share = t.shape[0] // dp
         return t[dp_rank * share : (dp_rank + 1) * share]
 
-    sync = model.set_requires_gradient_sync if hasattr(model, "set_requires_gradient_sync") else None
-    losses = train(model, rows, accum, sync)
+    result = {"described": described}
+    if pp > 1:
+        schedule = parallel.pipeline_schedule(model, mesh, torch.device("cpu"), accum, pipeline_loss)
+        result["losses"] = train_pipeline(model, schedule, mesh, rows, pp)
+        par = Parallelism(dist.get_world_size(), tp, pp, 1, dp, accum)
+        mbs = GBS // (dp * accum)
+        result["eval"] = evaluate(
+            model, VALIDATION, par, dp_rank, mbs, "cpu", nullcontext(), Fp8(), schedule, mesh
+        )
+        first = mesh["pp"].get_local_rank() * (SHAPE.num_layers // pp)
+    else:
+        sync = model.set_requires_gradient_sync if hasattr(model, "set_requires_gradient_sync") else None
+        result["losses"], first = train(model, rows, accum, sync), 0
     state = {}
     for name, p in model.named_parameters():
         full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        if name.startswith("layers."):  # a pipeline stage numbers its blocks from 0
+            index, rest = name.split(".", 2)[1:]
+            name = f"layers.{int(index) + first}.{rest}"
         state[name] = full.detach().clone()
-    if rank == 0:
-        torch.save({"losses": losses, "state": state, "described": described}, out)
+    result["state"] = state
+    if rank == 0 or pp > 1:  # a pipeline's stages hold different weights: each writes its own
+        torch.save(result, out.with_name(f"{out.name}.{rank}") if pp > 1 else out)
     dist.barrier()  # every rank done before the gloo group is torn down
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), *map(int, sys.argv[5:]))

@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.llama import parallel_worker as worker
+from training.common.fp8 import Fp8
+from training.llama.config import Parallelism
+from training.llama.train import evaluate
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,8 +51,32 @@ def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = torch.load(out)
     ref_losses, ref_state = reference
-    assert result["described"][0 if tp > 1 else 1] != "off"
-    assert ("kept gathered" in result["described"][1]) == (reshard == "0")
+    assert result["described"][1 if tp > 1 else 2] != "off"  # [pipeline, tensor parallel, FSDP]
+    assert ("kept gathered" in result["described"][2]) == (reshard == "0")
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
     for name, value in ref_state.items():
         torch.testing.assert_close(result["state"][name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("dp, pp", [(1, 2), (2, 2)], ids=["pp2", "dp2-x-pp2"])
+def test_pipeline_training_and_evaluation_match_single_process(tmp_path, reference, dp, pp):
+    out = tmp_path / "result.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={dp * pp}",
+           str(HERE / "parallel_worker.py"), str(dp), "1", "2", str(out), str(pp)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = [torch.load(tmp_path / f"result.pt.{rank}") for rank in range(dp * pp)]
+    ref_losses, ref_state = reference
+    assert results[0]["described"][0].startswith(f"stage 0 of {pp} (blocks 0-0)")
+    state = {name: value for r in results for name, value in r["state"].items()}
+    assert state.keys() == ref_state.keys()  # the stages hold every weight once between them
+    for r in results:
+        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
+    for name, value in ref_state.items():
+        torch.testing.assert_close(state[name], value, atol=1e-5, rtol=1e-4, msg=name)
+    model = worker.full_model()
+    model.load_state_dict(ref_state)
+    par = Parallelism(1, 1, 1, 1, 1, 1)
+    expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())
+    assert all(r["eval"] == pytest.approx(expected, rel=1e-5) for r in results)

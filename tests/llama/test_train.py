@@ -122,9 +122,11 @@ def test_missing_data_is_a_named_error(tmp_path):
     assert re.search(r"missing data file\(s\): .*no_data/wiki-train_text_document\.bin", proc.stderr)
 
 
-def test_two_process_fsdp_run_evaluates_like_one_process(tmp_path, demo_data):
-    """The whole trainer under torchrun with 2 gloo ranks (FSDP2, uneven eval split, synthetic warm-up) gives
-    the one-process run's validation loss: same init, same samples per step, same evaluation sequences."""
+@pytest.mark.parametrize("parallelism", [{}, {"PP": "2"}], ids=["fsdp2", "pipeline2"])
+def test_two_process_run_evaluates_like_one_process(tmp_path, demo_data, parallelism):
+    """The whole trainer under torchrun with 2 gloo ranks (FSDP2 with an uneven eval split, or two pipeline
+    stages with a padded last eval chunk; synthetic warm-up) gives the one-process run's validation loss:
+    same init, same samples per step, same evaluation sequences."""
     extra = {
         "TARGET": "1.0",
         "MAX_SAMPLES_TERMINATION": "384",
@@ -136,12 +138,17 @@ def test_two_process_fsdp_run_evaluates_like_one_process(tmp_path, demo_data):
     (tmp_path / "two").mkdir()
     one, log1 = run_train(tmp_path / "one", demo_data, **extra)
     # the two-process run also warms up on random tokens first: that must leave the weights untouched
-    two, log2 = run_train(tmp_path / "two", demo_data, nproc=2, SYNTHETIC_WARMUP_STEPS="2", **extra)
+    two, log2 = run_train(
+        tmp_path / "two", demo_data, nproc=2, SYNTHETIC_WARMUP_STEPS="2", **extra, **parallelism
+    )
     assert one.returncode == 1 and two.returncode == 1, two.stderr[-3000:]
     first, second = ([e for e in mllog(log) if e["key"] == "eval_accuracy"] for log in (log1, log2))
-    assert {e["key"]: e["value"] for e in mllog(log2)}["backend_data_parallel"].startswith(
-        "FSDP2 over 2 ranks"
-    )
+    logged = {e["key"]: e["value"] for e in mllog(log2)}
+    if parallelism:
+        assert logged["backend_pipeline_parallel"].startswith("stage 0 of 2 (blocks 0-0)")
+        assert logged["backend_data_parallel"] == "off" and logged["pipeline_parallelism"] == 2
+    else:
+        assert logged["backend_data_parallel"].startswith("FSDP2 over 2 ranks")
     # three evaluations: training after an evaluation's no-grad forwards must match too
     assert len(first) == len(second) == 3
     assert [e["value"] for e in second] == pytest.approx([e["value"] for e in first], abs=1e-4)

@@ -151,10 +151,15 @@ class LlamaPretrainConfig(RunSettings):
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
         if self.pp > 1:
-            problems.append(
-                f"PIPELINE_MODEL_PARALLEL_SIZE={self.pp}: pipeline parallelism is not implemented "
-                "(8B fits one GPU's share under FSDP2; use TP and data parallelism)"
-            )
+            pp = "PIPELINE_MODEL_PARALLEL_SIZE>1"
+            others = [n for n, on in (("TENSOR_MODEL_PARALLEL_SIZE>1", self.tp > 1),
+                                      ("CONTEXT_PARALLEL_SIZE>1", self.cp > 1), ("FP8=1", self.fp8),
+                                      ("COMPILE=1", self.compile)) if on]  # fmt: skip
+            if others:
+                problems.append(f"{pp} with {', '.join(others)} is not implemented")
+            if self.model_size in PRESETS and self.model_shape().num_layers % self.pp:
+                problems.append(f"{self.model_shape().num_layers} layers do not split into "
+                                f"PIPELINE_MODEL_PARALLEL_SIZE={self.pp} equal stages")  # fmt: skip
         if self.cp > 1:
             cp = "CONTEXT_PARALLEL_SIZE>1"
             if self.tp > 1:
@@ -198,6 +203,11 @@ class LlamaPretrainConfig(RunSettings):
                 f"{self.micro_batch_size} x {dp} (world {world_size} / TP x PP x CP {model_parallel})"
             )
         accum = self.global_batch_size // (self.micro_batch_size * dp)
+        if accum < self.pp:
+            raise ConfigError(
+                f"PIPELINE_MODEL_PARALLEL_SIZE={self.pp} needs at least as many micro-batches per step: "
+                f"GBS / (MBS x data-parallel size) = {accum}"
+            )
         return Parallelism(world_size, self.tp, self.pp, self.cp, dp, accum)
 
     def model_shape(self) -> LlamaShape:

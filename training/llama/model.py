@@ -266,7 +266,8 @@ class Llama(nn.Module):
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int | None = None,
     ) -> torch.Tensor:
-        """tokens (batch, seq) -> logits (batch, seq, vocab)."""
+        """tokens (batch, seq) -> logits (batch, seq, vocab). A pipeline stage (`parallel.apply_pp`) without
+        the embedding takes hidden states instead of tokens; one without the head returns hidden states."""
         if position_ids is None:
             position_ids = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
         # recomputed each call (head_dim / 2 numbers): no buffer to re-materialize after meta init or to be
@@ -274,10 +275,10 @@ class Llama(nn.Module):
         freqs = position_ids.float().unsqueeze(-1) * rope_frequencies(self.shape, device=tokens.device)
         angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(2)  # (batch, seq, 1, head_dim)
         cos, sin = angles.cos(), angles.sin()
-        x = self.embed_tokens(tokens)
+        x = self.embed_tokens(tokens) if self.embed_tokens is not None else tokens
         for layer in self.layers:
             x = layer(x, cos, sin, cu_seqlens, max_seqlen)
-        return self.lm_head(self.norm(x))
+        return self.lm_head(self.norm(x)) if self.lm_head is not None else x
 
     @torch.no_grad()
     def init_weights(self) -> None:

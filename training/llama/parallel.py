@@ -1,6 +1,6 @@
 """The features a Llama run applies to its model, one small function each, in this fixed order:
 
-    apply_fp8 -> apply_tp -> apply_activation_checkpointing -> apply_compile -> apply_fsdp
+    apply_pp -> apply_fp8 -> apply_tp -> apply_activation_checkpointing -> apply_compile -> apply_fsdp
 
 (`apply_fp8` lives in training.common.fp8: BERT uses it too.)
 
@@ -22,12 +22,49 @@ def transformer_blocks(model: nn.Module) -> nn.ModuleList:
     return model.layers if hasattr(model, "layers") else model.model.layers
 
 
-def build_mesh(device_type: str, dp: int, tp: int, cp: int = 1) -> DeviceMesh | None:
-    """A (dp, cp, tp) mesh over all ranks (rank = (dp_rank x cp + cp_rank) x tp + tp_rank); None for a single
-    process."""
-    if dp * cp * tp == 1:
+def build_mesh(device_type: str, dp: int, tp: int, cp: int = 1, pp: int = 1) -> DeviceMesh | None:
+    """A (dp, pp, cp, tp) mesh over all ranks, tp varying fastest (rank = ((dp_rank x pp + pp_rank) x cp +
+    cp_rank) x tp + tp_rank); None for a single process."""
+    if dp * pp * cp * tp == 1:
         return None
-    return init_device_mesh(device_type, (dp, cp, tp), mesh_dim_names=("dp", "cp", "tp"))
+    return init_device_mesh(device_type, (dp, pp, cp, tp), mesh_dim_names=("dp", "pp", "cp", "tp"))
+
+
+def apply_pp(model: nn.Module, mesh: DeviceMesh | None) -> str:
+    """Keep this rank's pipeline stage only: an equal slice of the blocks, the embedding on the first stage,
+    the final norm and output layer on the last (the others become None and the model passes hidden states).
+    The schedule that runs the stages is built by the trainer (`pipeline_schedule`)."""
+    if mesh is None or mesh["pp"].size() == 1:
+        return "off"
+    stage, stages = mesh["pp"].get_local_rank(), mesh["pp"].size()
+    per = len(model.layers) // stages
+    first = stage * per
+    model.layers = nn.ModuleList(list(model.layers)[first : first + per])
+    if stage > 0:
+        model.embed_tokens = None
+    if stage < stages - 1:
+        model.norm, model.lm_head = None, None
+    return f"stage {stage} of {stages} (blocks {first}-{first + per - 1}), 1F1B schedule"
+
+
+def pipeline_schedule(model: nn.Module, mesh: DeviceMesh, device: torch.device, microbatches: int, loss_fn):
+    """PyTorch's 1F1B schedule over this rank's stage: `step` runs the step's micro-batches (forward and
+    backward, gradients averaged over them), `eval` their forwards only. `loss_fn` runs on the last stage."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    stage = PipelineStage(
+        model, mesh["pp"].get_local_rank(), mesh["pp"].size(), device, group=mesh["pp"].get_group()
+    )
+    return Schedule1F1B(stage, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=True)
+
+
+def pipeline_step(schedule, mesh: DeviceMesh, tokens, labels, losses: list, train: bool = True) -> None:
+    """One pass of the step's micro-batches through the pipeline: the first stage feeds the tokens, the last
+    computes the loss (appended per micro-batch to `losses`), the ones between pass activations on."""
+    stage, stages = mesh["pp"].get_local_rank(), mesh["pp"].size()
+    run = schedule.step if train else schedule.eval
+    inputs = (tokens,) if stage == 0 else ()
+    run(*inputs, **({"target": labels, "losses": losses} if stage == stages - 1 else {}))
 
 
 def context_parallel(mesh: DeviceMesh | None, tokens: torch.Tensor, labels: torch.Tensor):
@@ -97,7 +134,7 @@ def apply_fsdp(
     with `reshard_after_forward=False` every block does (no second all-gather in backward, at the cost of
     all blocks' gathered weights in memory between forward and backward: 16 GB in bf16 for 8B)."""
     if mesh is None or mesh["dp"].size() * mesh["cp"].size() == 1:
-        return "off"
+        return "off"  # (pipeline stages are not sharded across each other: each holds its own blocks)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # context-parallel ranks hold different tokens of the same sequences: they shard the weights too
@@ -127,7 +164,7 @@ def reshard(model: nn.Module) -> None:
 
 
 @torch.no_grad()
-def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: float, stages=None) -> torch.Tensor:
     """Clip by the global L2 norm. Gradients may be DTensors on different meshes (FSDP's dp mesh for the
     embedding and output layer, the dp x tp mesh for TP blocks), which torch's clip_grad_norm_ cannot stack:
     norm each mesh's group, make it a full (replicated) value, then combine."""
@@ -146,7 +183,10 @@ def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: float) -> torch.Te
         squares.append(norm.float() ** 2)
     if not squares:
         return torch.zeros(())
-    total = torch.stack(squares).sum().sqrt()
+    total = torch.stack(squares).sum()
+    if stages is not None:  # pipeline parallelism: the other stages hold the other parameters' gradients
+        torch.distributed.all_reduce(total, group=stages)
+    total = total.sqrt()
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for grads in groups.values():  # scale the local shards in place
         local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]

@@ -67,17 +67,19 @@ def main() -> int:
     on_gpu = info.device.type == "cuda"
     if par.cp > 1 and not on_gpu:
         raise ConfigError("CONTEXT_PARALLEL_SIZE>1 needs GPUs (ring attention runs on the CUDA/ROCm kernels)")
-    mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp)
+    mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp, par.pp)
     with torch.device("meta" if on_gpu else info.device):  # GPU: allocate only this rank's shards
         model = Llama(shape, choose_attention(cfg.attention, info.device))
     if not on_gpu:
         model.init_weights()  # full weights, identical on every rank, then sharded by the apply_* below
+    pipeline = parallel.apply_pp(model, mesh)
     fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp * par.cp > 1)
     chosen = {
         "platform": backends.platform_name(),
         "attention": model.layers[0].self_attn.backend,
         "precision": precision,
         "fp8": fp8.description,
+        "pipeline_parallel": pipeline,
         "tensor_parallel": parallel.apply_tp(model, mesh),
         "activation_checkpointing": parallel.apply_activation_checkpointing(
             model, cfg.activation_checkpointing
@@ -94,6 +96,12 @@ def main() -> int:
         model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu
     )
     chosen["optimizer"] = f"AdamW ({impl})"
+    schedule = (
+        parallel.pipeline_schedule(model, mesh, info.device, par.grad_accum, pipeline_loss)
+        if par.pp > 1
+        else None
+    )
+    stages = mesh["pp"].get_group() if par.pp > 1 else None
     for key, value in chosen.items():
         mllog.event(f"backend_{key}", value)
         if info.is_main:
@@ -112,9 +120,9 @@ def main() -> int:
             "available": backends.available(),
         }
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
-    synthetic_warmup(model, cfg, info.device, autocast, fp8)
+    synthetic_warmup(model, cfg, info.device, autocast, fp8, schedule, mesh, par)
     params = [p for group in optimizer.param_groups for p in group["params"]]  # the sharded parameters
-    dp_rank = info.rank // (par.tp * par.cp)  # the ranks of a TP or CP group read the same sequences
+    dp_rank = info.rank // (par.pp * par.tp * par.cp)  # the ranks of a PP, TP or CP group read the same data
     first_eval, eval_every = cfg.eval_steps()
     max_steps = cfg.max_train_steps()
     dist.barrier()
@@ -136,7 +144,15 @@ def main() -> int:
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=info.device)
-        for micro in range(par.grad_accum):
+        if schedule is not None:  # the pipeline runs the step's micro-batches (and FSDP's gradient sync)
+            tokens, labels = (
+                torch.cat(t).to(info.device) for t in zip(*(next(batches) for _ in range(par.grad_accum)))
+            )
+            losses = []
+            with autocast:
+                parallel.pipeline_step(schedule, mesh, tokens, labels, losses)
+            loss_sum = torch.stack(losses).mean().detach() if losses else loss_sum  # the last stage's
+        for micro in range(par.grad_accum if schedule is None else 0):
             tokens, labels = (t.to(info.device, non_blocking=True) for t in next(batches))
             # FSDP2: reduce-scatter the gradients after the last micro-batch only
             if hasattr(model, "set_requires_gradient_sync"):
@@ -148,9 +164,10 @@ def main() -> int:
                 (loss / par.grad_accum).backward()
             loss_sum += loss.detach() / par.grad_accum
         # the step's loss over all its sequences: the mean of every rank's (data-parallel ranks read different
-        # sequences, context-parallel ranks different chunks of them, tensor-parallel ranks the same)
-        loss_sum = dist.all_reduce_sum(loss_sum) / info.world_size
-        grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM)
+        # sequences, context-parallel ranks different chunks of them, tensor-parallel ranks the same; of a
+        # pipeline only the last stage has it)
+        loss_sum = dist.all_reduce_sum(loss_sum) / (info.world_size // par.pp)
+        grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM, stages)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         fp8.after_optimizer_step(model)
@@ -185,7 +202,8 @@ def main() -> int:
             validation = data.load_validation(
                 paths["valid"], cfg.eval_samples, cfg.seq_length, shape.vocab_size
             )
-        val_loss = evaluate(model, validation, par, dp_rank, cfg.micro_batch_size, info.device, autocast, fp8)
+        val_loss = evaluate(model, validation, par, dp_rank, cfg.micro_batch_size, info.device, autocast, fp8,
+                            schedule, mesh)  # fmt: skip
         mllog.event(
             constants.EVAL_ACCURACY, val_loss, metadata={"samples_count": samples, "epoch_num": samples}
         )
@@ -245,13 +263,31 @@ def log_hyperparameters(mllog: MLLogger, cfg: LlamaPretrainConfig, par: Parallel
         print(f"llama: {', '.join(deviations)}: this run is NOT a valid MLPerf result", file=sys.stderr)
 
 
-def synthetic_warmup(model, cfg: LlamaPretrainConfig, device, autocast, fp8) -> None:
+def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A micro-batch's loss on the last pipeline stage: the mean over its tokens in training; summed over
+    labelled tokens and divided by all, so that evaluation can pad with unlabelled (-100) sequences."""
+    return cross_entropy(logits, labels, reduction="sum") / labels.numel()
+
+
+def synthetic_warmup(
+    model, cfg: LlamaPretrainConfig, device, autocast, fp8, schedule=None, mesh=None, par=None
+) -> None:
     """Compile and warm the kernels before the clock starts, as NVIDIA's RUN_WARMUP_ON_SYNTH_DATA: forward and
     backward passes on random tokens (training and evaluation mode), gradients dropped, no optimizer step, so
     the weights are exactly the initialized ones. No training or validation data is read."""
     if cfg.synthetic_warmup_steps == 0:
         return
     shape = (cfg.micro_batch_size, cfg.seq_length)
+    if schedule is not None:  # through the pipeline: the step's micro-batches, then an evaluation pass
+        tokens = torch.randint(
+            0, cfg.model_shape().vocab_size, (shape[0] * par.grad_accum, shape[1]), device=device
+        )
+        for train in [True] * cfg.synthetic_warmup_steps + [False]:
+            with autocast:
+                parallel.pipeline_step(schedule, mesh, tokens, tokens, [], train)
+        model.zero_grad(set_to_none=True)
+        parallel.reshard(model)
+        return
     for _ in range(cfg.synthetic_warmup_steps):
         tokens = torch.randint(0, cfg.model_shape().vocab_size, shape, device=device)
         with autocast, fp8.forward_context():
@@ -266,15 +302,18 @@ def synthetic_warmup(model, cfg: LlamaPretrainConfig, device, autocast, fp8) -> 
 
 @torch.no_grad()
 def evaluate(
-    model, validation: torch.Tensor, par: Parallelism, dp_rank: int, mbs: int, device, autocast, fp8
-) -> float:
+    model, validation: torch.Tensor, par: Parallelism, dp_rank: int, mbs: int, device, autocast, fp8,
+    schedule=None, mesh=None,
+) -> float:  # fmt: skip
     """Mean next-token loss (log-perplexity) over the validation sequences, split across data-parallel ranks.
     Every rank runs the same number of forwards (FSDP gathers weights collectively): a rank out of sequences
     runs a zero-weight one."""
     model.eval()
     mine = validation[dp_rank :: par.dp]
-    batches = math.ceil(math.ceil(len(validation) / par.dp) / mbs)
+    if schedule is not None:
+        return evaluate_pipeline(model, validation, mine, par, mbs, device, autocast, schedule, mesh)
     totals = torch.zeros(2, dtype=torch.float64, device=device)
+    batches = math.ceil(math.ceil(len(validation) / par.dp) / mbs)
     for b in range(batches):
         batch, weight = mine[b * mbs : (b + 1) * mbs], 1.0
         if len(batch) == 0:
@@ -287,6 +326,32 @@ def evaluate(
     model.train()
     parallel.reshard(model)  # FSDP2 keeps the root gathered after a no-grad forward
     # every rank of a tensor-parallel group adds the same sums: the ratio is unchanged
+    loss_sum, count = dist.all_reduce_sum(totals).tolist()
+    return loss_sum / count
+
+
+@torch.no_grad()
+def evaluate_pipeline(model, validation, mine, par: Parallelism, mbs: int, device, autocast, schedule, mesh):
+    """`evaluate` through the pipeline, a step's micro-batches at a time; the last chunk is padded with
+    sequences whose labels are all -100 (ignored), and the last stage turns its per-token means back into
+    sums."""
+    chunk = mbs * par.grad_accum
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    for b in range(math.ceil(math.ceil(len(validation) / par.dp) / chunk)):
+        batch = mine[b * chunk : (b + 1) * chunk].to(device).long()
+        tokens, labels = batch[:, :-1], batch[:, 1:]
+        if len(batch) < chunk:
+            pad = chunk - len(batch)
+            tokens = torch.cat([tokens, validation[:1, :-1].to(device).long().expand(pad, -1)])
+            labels = torch.cat([labels, labels.new_full((pad, labels.shape[1]), -100)])
+        losses = []
+        with autocast:
+            parallel.pipeline_step(schedule, mesh, tokens, labels, losses, train=False)
+        if losses:
+            totals[0] += sum(float(loss) for loss in losses) * (labels.numel() // par.grad_accum)
+            totals[1] += int((labels != -100).sum())
+    model.train()
+    parallel.reshard(model)
     loss_sum, count = dist.all_reduce_sum(totals).tolist()
     return loss_sum / count
 
