@@ -205,7 +205,7 @@ def apply_data_parallel(model: torch.nn.Module, info: dist.DistInfo) -> torch.nn
     return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
 
 
-def autocast_context(precision: str, device: torch.device, fp8: Fp8 | None = None):
+def autocast_context(precision: str, device: torch.device, fp8: Fp8):
     """A factory of the context every forward runs in: autocast to the compute dtype (bf16 under FP8 too,
     whose matmuls are the swapped linear layers) and Transformer Engine's FP8 autocast where TE is the FP8
     backend."""
@@ -216,8 +216,7 @@ def autocast_context(precision: str, device: torch.device, fp8: Fp8 | None = Non
     def context() -> ExitStack:
         stack = ExitStack()
         stack.enter_context(torch.autocast(device.type, dtype=dtype))
-        if fp8 is not None:
-            stack.enter_context(fp8.forward_context())
+        stack.enter_context(fp8.forward_context())
         return stack
 
     return context

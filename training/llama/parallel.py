@@ -71,13 +71,13 @@ def context_parallel(mesh: DeviceMesh | None, tokens: torch.Tensor, labels: torc
     """(context, position ids) for one micro-batch. With CP, PyTorch's context parallelism shards tokens,
     labels and positions along the sequence when the context is entered (in place; each rank keeps a head
     and a tail chunk, which balances causal attention) and runs SDPA as ring attention inside it, backward
-    included. Without CP: a null context and the full sequence's positions."""
-    # (1, seq), as the model's own default: the compiled blocks see the shapes of the warm-up and evaluation
-    positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+    included. Without CP: a null context and None (the model's own positions)."""
     if mesh is None or mesh["cp"].size() == 1:
-        return contextlib.nullcontext(), positions
+        return contextlib.nullcontext(), None
     from torch.distributed.tensor.experimental import context_parallel as cp_context
 
+    # (1, seq), as the model's own default: the compiled blocks see the shapes of the warm-up and evaluation
+    positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
     buffers = [tokens, labels, positions]
     return cp_context(
         mesh["cp"], buffers=buffers, buffer_seq_dims=[1, 1, 1], no_restore_buffers=set(buffers)

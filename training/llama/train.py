@@ -151,18 +151,20 @@ def main() -> int:
             losses = []
             with autocast:
                 parallel.pipeline_step(schedule, mesh, tokens, labels, losses)
-            loss_sum = torch.stack(losses).mean().detach() if losses else loss_sum  # the last stage's
-        for micro in range(par.grad_accum if schedule is None else 0):
-            tokens, labels = (t.to(info.device, non_blocking=True) for t in next(batches))
-            # FSDP2: reduce-scatter the gradients after the last micro-batch only
-            if hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(micro == par.grad_accum - 1)
-            cp_context, positions = parallel.context_parallel(mesh, tokens, labels)
-            with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
-                with autocast, fp8.forward_context():
-                    loss = cross_entropy(model(tokens, positions), labels)
-                (loss / par.grad_accum).backward()
-            loss_sum += loss.detach() / par.grad_accum
+            if losses:  # the last stage
+                loss_sum = torch.stack(losses).mean().detach()
+        else:
+            for micro in range(par.grad_accum):
+                tokens, labels = (t.to(info.device, non_blocking=True) for t in next(batches))
+                # FSDP2: reduce-scatter the gradients after the last micro-batch only
+                if hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(micro == par.grad_accum - 1)
+                cp_context, positions = parallel.context_parallel(mesh, tokens, labels)
+                with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
+                    with autocast, fp8.forward_context():
+                        loss = cross_entropy(model(tokens, positions), labels)
+                    (loss / par.grad_accum).backward()
+                loss_sum += loss.detach() / par.grad_accum
         # the step's loss over all its sequences: the mean of every rank's (data-parallel ranks read different
         # sequences, context-parallel ranks different chunks of them, tensor-parallel ranks the same; of a
         # pipeline only the last stage has it)
