@@ -8,7 +8,9 @@ Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaFor
 config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
 both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
---no-compile, AdamW (fused) with clipping at 1.0, the same float32 cross-entropy on random tokens. FP8 is
+--no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
+compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
+clip_grad_norm_). FP8 is
 torchao float8 (tensorwise, FP8 all-gather) on the blocks' linear layers. A step is forward + backward +
 clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
 max_memory_allocated over ranks. Model FLOPs count (printed with the results):
@@ -37,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
 from training.common.fp8 import apply_fp8  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
-from training.llama.model import PRESETS, Llama, LlamaShape, cross_entropy  # noqa: E402
+from training.llama.model import PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
 
 TINY = LlamaShape(
     num_layers=2,
@@ -142,12 +144,22 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
         autocast = torch.autocast("cuda", torch.bfloat16)
 
+    # ours: the trainer's loss (compiled with the blocks) and clip (folded into the fused AdamW); the peer:
+    # what a user of Hugging Face's model writes, its float32 cross-entropy and torch's clip_grad_norm_
+    ours = kind == "ours"
+    loss_fn = compiled_cross_entropy if ours and compiled else cross_entropy
+
+    def clip():
+        if ours:
+            return parallel.clip_grad_norm_(params, 1.0, optimizer=optimizer)
+        return torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+
     def step():
         batch = next(it)
         with autocast, fp8.forward_context():
-            loss = cross_entropy(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
+            loss = loss_fn(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
         loss.backward()
-        parallel.clip_grad_norm_(params, 1.0)
+        clip()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         fp8.after_optimizer_step(model)

@@ -9,7 +9,7 @@ from torch import nn
 from training.common import fp8 as fp8_module
 from training.common.fp8 import apply_fp8
 from training.llama import parallel
-from training.llama.model import Llama, LlamaShape, cross_entropy
+from training.llama.model import Llama, LlamaShape, compiled_cross_entropy, cross_entropy
 
 SHAPE = LlamaShape(
     num_layers=2,
@@ -22,11 +22,11 @@ SHAPE = LlamaShape(
 )
 
 
-def loss_and_grads(model: Llama, fp8=None):
+def loss_and_grads(model: Llama, fp8=None, loss_fn=cross_entropy):
     torch.manual_seed(5)
     tokens = torch.randint(0, SHAPE.vocab_size, (2, 32))
     with fp8.forward_context() if fp8 else torch.enable_grad():
-        loss = cross_entropy(model(tokens), tokens.roll(-1, 1))
+        loss = loss_fn(model(tokens), tokens.roll(-1, 1))
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -56,7 +56,7 @@ def test_activation_checkpointing_and_compile_keep_the_numbers():
     assert parallel.apply_activation_checkpointing(model, True) == "full recompute of 2 blocks"
     assert parallel.apply_compile(model, True).startswith("torch.compile per block")
     assert [n for n, _ in model.named_parameters()] == list(grads)  # names unchanged (checkpoints load as-is)
-    loss2, grads2 = loss_and_grads(model)
+    loss2, grads2 = loss_and_grads(model, loss_fn=compiled_cross_entropy)  # what COMPILE=1 trains with
     torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
     for name, grad in grads.items():
         torch.testing.assert_close(grads2[name], grad, atol=1e-5, rtol=1e-4, msg=name)
@@ -77,3 +77,22 @@ def test_fp8_needs_a_backend(monkeypatch):
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     with pytest.raises(ValueError, match="neither is importable"):
         apply_fp8(fresh(), True)
+
+
+def test_clip_folded_into_the_fused_optimizer_matches_scaling_the_gradients():
+    """With a fused AdamW the clip coefficient goes to its `grad_scale` instead of a pass over the
+    gradients; the update must be the one from clipped gradients (eps large: the gradient scale shows)."""
+    updated = []
+    for fold in (False, True):
+        model = fresh()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=0.1, fused=True)
+        params = list(model.parameters())
+        for step in range(2):
+            loss_and_grads(model)  # fills .grad
+            norm = parallel.clip_grad_norm_(params, 0.05 * (step + 1), optimizer=optimizer if fold else None)
+            assert norm > 0.1  # clipping is active
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        updated.append([p.detach().clone() for p in params])
+    for a, b in zip(*updated):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -312,3 +312,9 @@ def load_hf_state_dict(model: Llama, state_dict: dict[str, torch.Tensor]) -> Non
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Next-token loss in float32 (the logits of a bf16 model are upcast, as Megatron and HF do)."""
     return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction=reduction)
+
+
+# The same, compiled (on first call): the upcast, log-softmax and their backward fuse into a few kernels that
+# never write float32 logits. On an H100, output layer + loss fwd + bwd at 8192 tokens: 38.4 ms and 5.1 GiB
+# peak against 52.4 ms and 13.9 GiB eager (`perf/parts.py llama-ce`).
+compiled_cross_entropy = torch.compile(cross_entropy)

@@ -33,7 +33,7 @@ from training.llama.config import (
     LlamaPretrainConfig,
     Parallelism,
 )
-from training.llama.model import Llama, choose_attention, cross_entropy
+from training.llama.model import Llama, choose_attention, compiled_cross_entropy, cross_entropy
 
 
 def main() -> int:
@@ -120,7 +120,8 @@ def main() -> int:
             "available": backends.available(),
         }
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
-    synthetic_warmup(model, cfg, info.device, autocast, fp8, schedule, mesh, par)
+    loss_fn = compiled_cross_entropy if cfg.compile else cross_entropy
+    synthetic_warmup(model, cfg, info.device, autocast, fp8, schedule, mesh, par, loss_fn)
     params = [p for group in optimizer.param_groups for p in group["params"]]  # the sharded parameters
     dp_rank = info.rank // (par.pp * par.tp * par.cp)  # the ranks of a PP, TP or CP group read the same data
     first_eval, eval_every = cfg.eval_steps()
@@ -162,14 +163,14 @@ def main() -> int:
                 cp_context, positions = parallel.context_parallel(mesh, tokens, labels)
                 with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
                     with autocast, fp8.forward_context():
-                        loss = cross_entropy(model(tokens, positions), labels)
+                        loss = loss_fn(model(tokens, positions), labels)
                     (loss / par.grad_accum).backward()
                 loss_sum += loss.detach() / par.grad_accum
         # the step's loss over all its sequences: the mean of every rank's (data-parallel ranks read different
         # sequences, context-parallel ranks different chunks of them, tensor-parallel ranks the same; of a
         # pipeline only the last stage has it)
         loss_sum = dist.all_reduce_sum(loss_sum) / (info.world_size // par.pp)
-        grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM, stages)
+        grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM, stages, optimizer)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         fp8.after_optimizer_step(model)
@@ -205,7 +206,7 @@ def main() -> int:
                 paths["valid"], cfg.eval_samples, cfg.seq_length, shape.vocab_size
             )
         val_loss = evaluate(model, validation, par, dp_rank, cfg.micro_batch_size, info.device, autocast, fp8,
-                            schedule, mesh)  # fmt: skip
+                            schedule, mesh, loss_fn)  # fmt: skip
         mllog.event(
             constants.EVAL_ACCURACY, val_loss, metadata={"samples_count": samples, "epoch_num": samples}
         )
@@ -272,8 +273,9 @@ def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def synthetic_warmup(
-    model, cfg: LlamaPretrainConfig, device, autocast, fp8, schedule=None, mesh=None, par=None
-) -> None:
+    model, cfg: LlamaPretrainConfig, device, autocast, fp8, schedule=None, mesh=None, par=None,
+    loss_fn=cross_entropy,
+) -> None:  # fmt: skip
     """Compile and warm the kernels before the clock starts, as NVIDIA's RUN_WARMUP_ON_SYNTH_DATA: forward and
     backward passes on random tokens (training and evaluation mode), gradients dropped, no optimizer step, so
     the weights are exactly the initialized ones. No training or validation data is read."""
@@ -293,11 +295,11 @@ def synthetic_warmup(
     for _ in range(cfg.synthetic_warmup_steps):
         tokens = torch.randint(0, cfg.model_shape().vocab_size, shape, device=device)
         with autocast, fp8.forward_context():
-            cross_entropy(model(tokens), tokens).backward()
+            loss_fn(model(tokens), tokens).backward()
     model.zero_grad(set_to_none=True)
     model.eval()
     with torch.no_grad(), autocast, fp8.forward_context():
-        model(tokens)
+        loss_fn(model(tokens), tokens, reduction="sum")  # the evaluation's loss, compiled here too
     model.train()
     parallel.reshard(model)
 
@@ -305,7 +307,7 @@ def synthetic_warmup(
 @torch.no_grad()
 def evaluate(
     model, validation: torch.Tensor, par: Parallelism, dp_rank: int, mbs: int, device, autocast, fp8,
-    schedule=None, mesh=None,
+    schedule=None, mesh=None, loss_fn=cross_entropy,
 ) -> float:  # fmt: skip
     """Mean next-token loss (log-perplexity) over the validation sequences, split across data-parallel ranks.
     Every rank runs the same number of forwards (FSDP gathers weights collectively): a rank out of sequences
@@ -323,7 +325,7 @@ def evaluate(
         batch = batch.to(device, non_blocking=True).long()
         with autocast, fp8.forward_context():
             logits = model(batch[:, :-1])
-        totals[0] += weight * cross_entropy(logits, batch[:, 1:], reduction="sum").double()
+        totals[0] += weight * loss_fn(logits, batch[:, 1:], reduction="sum").double()
         totals[1] += weight * batch[:, 1:].numel()
     model.train()
     parallel.reshard(model)  # FSDP2 keeps the root gathered after a no-grad forward

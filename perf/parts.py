@@ -1,0 +1,196 @@
+"""Parts of the training steps on one GPU, each variant against the way the step does it now.
+
+    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm]
+
+llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
+float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
+folded into its `grad_scale` (no separate pass over the gradients).
+llama-gemm: the block's projections at 8192 tokens, fwd + bwd: q/k/v as three linears vs one fused, gate/up as
+two vs one; bf16 and torchao float8 (tensorwise), compiled.
+llama-ce: final projection to the 128,256-entry vocabulary and float32 cross-entropy, fwd + bwd: eager (what
+the trainer runs) vs compiled.
+bert-gemm: the 3 GEMMs (forward, input gradient, weight gradient) of each of BERT-Large's 4 linears per layer
+at 48 x 512 tokens, bf16 `mm` vs `torch._scaled_mm` FP8 (e4m3 x e4m3 forward, e5m2 x e4m3 gradients,
+operands already cast and laid out: the upper bound of what FP8 can save on the GEMMs alone).
+Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from perf.attention import table, timed  # noqa: E402
+from training.llama.model import LlamaShape  # noqa: E402
+
+DEV = torch.device("cuda")
+BF16 = torch.bfloat16
+
+
+def llama_shards(shape: LlamaShape, ranks: int) -> list[tuple[int, ...]]:
+    """The local shapes FSDP2 (Shard(0)) gives one rank of `ranks` for every parameter of the model."""
+    h, kv, f = shape.hidden_size, shape.num_kv_heads * shape.head_dim, shape.ffn_hidden_size
+    block = [(h, h), (kv, h), (kv, h), (h, h), (f, h), (f, h), (h, f), (h,), (h,)]
+    full = [(shape.vocab_size, h)] + block * shape.num_layers + [(h,), (shape.vocab_size, h)]
+    return [(-(-s[0] // ranks), *s[1:]) for s in full]
+
+
+def llama_optim() -> None:
+    shapes = llama_shards(LlamaShape(), 4)
+    params = [torch.randn(s, device=DEV) * 0.02 for s in shapes]
+    for p in params:
+        p.requires_grad_(True)
+        p.grad = torch.randn_like(p) * 1e-3
+    grads = [p.grad for p in params]
+    n = sum(p.numel() for p in params)
+    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1, fused=True)
+    opt.step()  # state allocated
+    results = []
+
+    def norm():
+        return torch.nn.utils.get_total_norm(grads, foreach=True)
+
+    def coef():
+        return torch.clamp(1.0 / (norm() + 1e-6), max=1.0)
+
+    def folded():
+        opt.grad_scale = 1.0 / coef()  # AdamW divides each gradient by it inside its fused kernel
+        opt.step()
+        del opt.grad_scale
+
+    def clip():
+        return torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+
+    def scale():
+        torch._foreach_mul_(grads, coef())
+
+    timed(results, "gradient norm (get_total_norm, foreach)", norm, 0)
+    timed(results, "scale (_foreach_mul_ by the clip coefficient)", scale, 0)
+    timed(results, "clip_grad_norm_ (torch, foreach): norm + scale", clip, 0)
+    timed(results, "fused AdamW step", opt.step, 0)
+    timed(results, "clip_grad_norm_ + fused AdamW (the trainer now)", lambda: (clip(), opt.step()), 0)
+    timed(results, "norm + fused AdamW with grad_scale (clip folded in)", folded, 0)
+    table(
+        f"Llama 3.1 8B update, one rank of 4: {n / 1e9:.2f}e9 fp32 parameters in {len(params)} tensors",
+        results,
+    )
+
+
+class Separate(nn.Module):
+    def __init__(self, k: int, outs: list[int]):
+        super().__init__()
+        self.linears = nn.ModuleList(nn.Linear(k, o, bias=False) for o in outs)
+
+    def forward(self, x):
+        return [lin(x) for lin in self.linears]
+
+
+class Fused(nn.Module):
+    def __init__(self, k: int, outs: list[int]):
+        super().__init__()
+        self.outs = outs
+        self.linear = nn.Linear(k, sum(outs), bias=False)
+
+    def forward(self, x):
+        return list(self.linear(x).split(self.outs, dim=-1))
+
+
+def backward_of(module: nn.Module, x: torch.Tensor, grads: list[torch.Tensor]):
+    return lambda: torch.autograd.backward(module(x), grads)
+
+
+def llama_gemm() -> None:
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    s, tokens = LlamaShape(), 8192
+    h, kv, f = s.hidden_size, s.num_kv_heads * s.head_dim, s.ffn_hidden_size
+    x = torch.randn(tokens, h, device=DEV, dtype=BF16, requires_grad=True)
+    results = []
+    for what, outs in (("q/k/v", [h, kv, kv]), ("gate/up", [f, f])):
+        flop = 6 * tokens * h * sum(outs)
+        grads = [torch.randn(tokens, o, device=DEV, dtype=BF16) for o in outs]
+        for precision in ("bf16", "fp8"):
+            for kind in (Separate, Fused):
+                module = kind(h, outs).to(DEV, BF16)
+                if precision == "fp8":
+                    convert_to_float8_training(module, config=Float8LinearConfig())
+                step = backward_of(torch.compile(module), x, grads)
+                name = f"{what} {precision} {'one fused linear' if kind is Fused else 'separate linears'}"
+                timed(results, name, step, flop)
+    table(f"Llama 3.1 8B projections, fwd+bwd, {tokens} tokens, compiled", results)
+
+
+def llama_ce() -> None:
+    s, tokens = LlamaShape(), 8192
+    x = torch.randn(tokens, s.hidden_size, device=DEV, dtype=BF16, requires_grad=True)
+    head = nn.Linear(s.hidden_size, s.vocab_size, bias=False).to(DEV, BF16)
+    labels = torch.randint(0, s.vocab_size, (tokens,), device=DEV)
+
+    def loss(x, labels):
+        return F.cross_entropy(head(x).float(), labels)
+
+    compiled = torch.compile(loss)
+    flop = 6 * tokens * s.hidden_size * s.vocab_size
+    results = []
+    for name, fn in (("eager: logits, .float(), cross_entropy", loss), ("compiled", compiled)):
+        torch.cuda.reset_peak_memory_stats()
+        timed(results, name, lambda fn=fn: fn(x, labels).backward(), flop)
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        results[-1] = (f"{results[-1][0]} (peak {peak:.1f} GiB)", *results[-1][1:])
+    table(f"Llama 3.1 8B output layer + cross-entropy, fwd+bwd, {tokens} tokens", results)
+
+
+def bert_linear(results: list, name: str, m: int, k: int, n: int) -> dict[str, float]:
+    """ms of one linear's three GEMMs in bf16 and in FP8."""
+    x, w, g = (torch.randn(a, b, device=DEV, dtype=BF16) for a, b in ((m, k), (n, k), (m, n)))
+    x8, w8, g8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), g.to(torch.float8_e5m2)
+    xt8, wt8, gt8 = (t.t().contiguous() for t in (x8, w8, g8))
+    one = torch.ones((), device=DEV)
+
+    def bf16():
+        x @ w.t()  # forward
+        g @ w  # input gradient
+        g.t() @ x  # weight gradient
+
+    def fp8():  # _scaled_mm wants a row-major first and a column-major second operand
+        torch._scaled_mm(x8, w8.t(), one, one, out_dtype=BF16)
+        torch._scaled_mm(g8, wt8.t(), one, one, out_dtype=BF16)
+        torch._scaled_mm(gt8, xt8.t(), one, one, out_dtype=BF16)
+
+    ms = {}
+    for precision, fn in (("bf16", bf16), ("fp8", fp8)):
+        timed(results, f"{name} ({m}x{k}x{n}) {precision}", fn, 6 * m * k * n)
+        ms[precision] = results[-1][1]
+    return ms
+
+
+def bert_gemm() -> None:
+    m, layers, linears = 48 * 512, 24, {"qkv": (1024, 3072), "attention out": (1024, 1024)}
+    linears |= {"ffn in": (1024, 4096), "ffn out": (4096, 1024)}
+    results, total = [], {"bf16": 0.0, "fp8": 0.0}
+    for name, (k, n) in linears.items():
+        for precision, ms in bert_linear(results, name, m, k, n).items():
+            total[precision] += ms * layers
+    table(f"BERT-Large linears' GEMMs, fwd + 2 bwd, {m} tokens per step", results)
+    print(f"\nper step over {layers} layers: bf16 {total['bf16']:.1f} ms, fp8 {total['fp8']:.1f} ms")
+
+
+def main() -> int:
+    parts = {
+        "llama-optim": llama_optim,
+        "llama-gemm": llama_gemm,
+        "llama-ce": llama_ce,
+        "bert-gemm": bert_gemm,
+    }
+    for part in sys.argv[1:] or list(parts):
+        parts[part]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
