@@ -50,3 +50,37 @@ def test_te_swaps_bert_encoder_linears_keeping_weights_and_biases(monkeypatch):
     with fp8.forward_context():
         pass
     assert entered == [{"fp8_format": "hybrid", "amax_history_len": 4, "amax_compute_algo": "most_recent"}]
+
+
+def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
+    """Our delayed-scaling FP8 linear, eager and compiled: same parameters (names and objects) as the
+    nn.Linear it replaces, output and gradients within FP8's error of the bf16 linear's, and the amax
+    buffers hold the last step's input and gradient maxima."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(64, 32))
+    model = nn.Module()  # apply_fp8 swaps the linears of `layers.*` only
+    model.layers = nn.Sequential(nn.Linear(64, 32))
+    model.layers[0].load_state_dict(ref[0].state_dict())
+    weight = model.layers[0].weight
+    fp8 = apply_fp8(model, True, "native")
+    lin = model.layers[0]
+    assert fp8.backend == "native" and "1 linear layers" in fp8.description
+    assert type(lin).__name__ == "Fp8Linear" and lin.weight is weight
+    for run in (lin, torch.compile(lin)):
+        for _ in range(3):  # the first step casts with scale 1; later ones with the previous amax
+            x = (torch.randn(4, 16, 64) * 3).requires_grad_()
+            xr = x.detach().clone().requires_grad_()
+            g = torch.randn(4, 16, 32) * 1e-3
+            lin.zero_grad(), ref.zero_grad()
+            with torch.autocast("cpu", torch.bfloat16):
+                y, yr = run(x), ref(xr)
+            y.backward(g.to(y.dtype)), yr.backward(g.to(yr.dtype))
+        for got, want, tol in (
+            (y, yr, 0.06),
+            (x.grad, xr.grad, 0.1),
+            (lin.weight.grad, ref[0].weight.grad, 0.1),
+        ):
+            assert float((got.detach().float() - want.float()).norm() / want.float().norm()) < tol
+        torch.testing.assert_close(lin.bias.grad, ref[0].bias.grad, rtol=1e-2, atol=1e-4)
+        torch.testing.assert_close(lin.x_amax, x.detach().abs().amax())
+        torch.testing.assert_close(lin.g_amax, g.to(torch.bfloat16).abs().amax().float())

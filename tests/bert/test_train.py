@@ -47,12 +47,14 @@ def test_missing_data_is_a_named_error(tmp_path):
     assert proc.returncode == 2 and "nowhere" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_fp8_swaps_the_encoder_linears_and_trains(bert_data):
-    pytest.importorskip("torchao")
-    proc = run_train(bert_data, INIT_CHECKPOINT="none", PRECISION="fp8")
+@pytest.mark.parametrize("backend,description", [("auto", "torchao float8"), ("native", "native FP8")])
+def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, description):
+    if backend == "auto":
+        pytest.importorskip("torchao")
+    proc = run_train(bert_data, INIT_CHECKPOINT="none", PRECISION="fp8", FP8_BACKEND=backend)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: the tiny run may stop short of its target
     events = {e["key"]: e["value"] for e in mllog(proc.stdout)}
     assert events["backend_precision"] == "fp8"
     swapped = f"{4 * TINY['num_hidden_layers']} linear layers"  # qkv, attn_out, ffn_in, ffn_out per layer
-    assert events["backend_fp8"].startswith("torchao float8") and swapped in events["backend_fp8"]
+    assert events["backend_fp8"].startswith(description) and swapped in events["backend_fp8"]
     assert "non-finite" not in proc.stderr and 0 <= events["eval_accuracy"] <= 1

@@ -12,6 +12,7 @@ from training.common.config import ConfigError, RunSettings, env_names, from_env
 OFFICIAL_TARGET = 0.720
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
+FP8_BACKENDS = ("auto", "te", "torchao", "native")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,11 @@ class BertConfig(RunSettings):
         "ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_varlen (eval only)"
     )
     precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
+    fp8_backend: str = var(
+        "FP8_BACKEND",
+        "auto",
+        help="PRECISION=fp8: auto (Transformer Engine, else torchao) | te | torchao | native (ours)",
+    )
     compile: bool = var("COMPILE", False, help="torch.compile the model")
 
     def __post_init__(self):
@@ -66,6 +72,8 @@ class BertConfig(RunSettings):
             problems.append(f"ATTENTION={self.attention!r} is not one of {', '.join(ATTENTION_CHOICES)}")
         if self.precision not in PRECISION_CHOICES:
             problems.append(f"PRECISION={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)}")
+        if self.fp8_backend not in FP8_BACKENDS:
+            problems.append(f"FP8_BACKEND={self.fp8_backend!r} is not one of {', '.join(FP8_BACKENDS)}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
         if not 1 <= self.packing_factor <= 3:

@@ -51,7 +51,7 @@ def main() -> int:
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
-    fp8 = apply_fp8(model, precision == "fp8")
+    fp8 = apply_fp8(model, precision == "fp8", cfg.fp8_backend)
     chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,
