@@ -111,14 +111,15 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
-    fp8_on = precision == "fp8"
+    fp8_on = precision in ("fp8", "fp8native")
     if fp8_on and device.type != "cuda":
         return {"skipped": "FP8 needs a GPU"}
     torch.manual_seed(0)
     model = build(kind, shape, device)
     if device.type != "cuda":
         initialize(model, kind, shape, device)
-    fp8 = apply_fp8(model, fp8_on, "torchao", "tensorwise", fsdp=mesh is not None)
+    backend = "native" if precision == "fp8native" else "torchao"
+    fp8 = apply_fp8(model, fp8_on, backend, "tensorwise", fsdp=mesh is not None)
     if args.ac:
         if kind == "ours":
             parallel.apply_activation_checkpointing(model, True)
@@ -131,6 +132,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if device.type == "cuda":
         model.to_empty(device=device)
         initialize(model, kind, shape, device)
+        for m in model.modules():  # FP8_BACKEND=native's amax buffers
+            if hasattr(m, "reset_amax"):
+                m.reset_amax()
     model.train()
     optimizer, _ = optim.build_optimizer(model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda")
     params = [p for group in optimizer.param_groups for p in group["params"]]

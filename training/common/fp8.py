@@ -110,7 +110,8 @@ class _Fp8Matmul(torch.autograd.Function):
 
 class Fp8Linear(nn.Linear):
     """nn.Linear (same parameters and names) computing in FP8 with delayed scaling (`_Fp8Matmul`); the amax
-    buffers start at the formats' maxima, so the first step casts with scale 1, as Transformer Engine."""
+    buffers start at the formats' maxima, so the first step casts with scale 1, as Transformer Engine. A model
+    built on the meta device calls `reset_amax` once materialized (`to_empty` leaves buffers unset)."""
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Fp8Linear:
@@ -120,6 +121,11 @@ class Fp8Linear(nn.Linear):
         new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("g_amax", torch.tensor(E5M2_MAX, device=device), persistent=False)
         return new
+
+    @torch.no_grad()
+    def reset_amax(self) -> None:
+        self.x_amax.fill_(E4M3_MAX)
+        self.g_amax.fill_(E5M2_MAX)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
@@ -177,8 +183,6 @@ def apply_fp8(
             lambda: te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe),
         )
     if backend == "native":
-        if any(p.is_meta for p in model.parameters()):
-            raise ValueError("FP8_BACKEND=native needs materialized weights (not on the meta device)")
         swapped = _swap_linears(model, Fp8Linear.from_linear)
         return Fp8(
             "native", f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients), {swapped} linear layers"
