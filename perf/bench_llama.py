@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
-from training.common.fp8 import apply_fp8  # noqa: E402
+from training.common.fp8 import apply_fp8, reset_fp8_state  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.model import PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
 
@@ -132,9 +132,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if device.type == "cuda":
         model.to_empty(device=device)
         initialize(model, kind, shape, device)
-        for m in model.modules():  # FP8_BACKEND=native's amax buffers
-            if hasattr(m, "reset_amax"):
-                m.reset_amax()
+        reset_fp8_state(model)
     model.train()
     optimizer, _ = optim.build_optimizer(model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda")
     params = [p for group in optimizer.param_groups for p in group["params"]]

@@ -62,13 +62,15 @@ def test_activation_checkpointing_and_compile_keep_the_numbers():
         torch.testing.assert_close(grads2[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_fp8_torchao_swaps_the_block_linears_only():
-    pytest.importorskip("torchao")
+@pytest.mark.parametrize("backend,linear", [("torchao", "Float8Linear"), ("native", "Fp8Linear")])
+def test_fp8_swaps_the_block_linears_only(backend, linear):
+    if backend == "torchao":
+        pytest.importorskip("torchao")
     loss, _ = loss_and_grads(fresh())
     model = fresh()
-    fp8 = apply_fp8(model, True, "torchao", "tensorwise")
-    assert fp8.backend == "torchao" and "14 linear layers" in fp8.description  # 2 blocks x 7 projections
-    assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == "Float8Linear"
+    fp8 = apply_fp8(model, True, backend, "tensorwise")
+    assert fp8.backend == backend and "14 linear layers" in fp8.description  # 2 blocks x 7 projections
+    assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == linear
     loss8, grads8 = loss_and_grads(model, fp8)
     assert abs(loss8 - loss) / loss < 0.02 and all(torch.isfinite(g).all() for g in grads8.values())
 

@@ -135,6 +135,13 @@ class Fp8Linear(nn.Linear):
         return y.view(*x.shape[:-1], -1)
 
 
+def reset_fp8_state(model: nn.Module) -> None:
+    """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers."""
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            module.reset_amax()
+
+
 def _swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
     swapped = 0
     for fqn, module in list(model.named_modules()):

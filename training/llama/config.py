@@ -34,7 +34,7 @@ END_LR_FACTOR = 0.1
 LR_SCHEDULE = "cosine with linear warmup"
 
 PRECISIONS = ("auto", "fp32", "bf16")
-FP8_BACKENDS = ("auto", "te", "torchao")
+FP8_BACKENDS = ("auto", "te", "torchao", "native")
 FP8_RECIPES = ("tensorwise", "rowwise")
 ATTENTIONS = ("auto", "sdpa", "flash_attn")
 
@@ -98,7 +98,9 @@ class LlamaPretrainConfig(RunSettings):
     precision: str = var("PRECISION", "auto", help="auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16")
     fp8: bool = var("FP8", False, help="FP8 matmuls in the transformer blocks (on top of bf16)")
     fp8_backend: str = var(
-        "FP8_BACKEND", "auto", help="auto (Transformer Engine, else torchao) | te | torchao"
+        "FP8_BACKEND",
+        "auto",
+        help="auto (Transformer Engine, else torchao) | te | torchao | native (ours: delayed scaling)",
     )
     fp8_recipe: str = var("FP8_RECIPE", "tensorwise", help="torchao recipe: tensorwise | rowwise")
     activation_checkpointing: bool = var("ACTIVATION_CHECKPOINTING", False)

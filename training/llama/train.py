@@ -20,7 +20,7 @@ import torch
 
 from training.common import backends, dist
 from training.common.config import ConfigError, write_effective_config
-from training.common.fp8 import apply_fp8
+from training.common.fp8 import apply_fp8, reset_fp8_state
 from training.common.mllog import MLLogger, constants
 from training.llama import data, optim, parallel
 from training.llama.config import (
@@ -92,6 +92,7 @@ def main() -> int:
     if on_gpu:
         model.to_empty(device=info.device)
         model.init_weights()
+        reset_fp8_state(model)
     optimizer, impl = optim.build_optimizer(
         model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu
     )
