@@ -344,7 +344,9 @@ def evaluate_pipeline(model, validation, mine, par: Parallelism, mbs: int, devic
     totals = torch.zeros(2, dtype=torch.float64, device=device)
     for b in range(math.ceil(math.ceil(len(validation) / par.dp) / chunk)):
         batch = mine[b * chunk : (b + 1) * chunk].to(device).long()
-        tokens, labels = batch[:, :-1], batch[:, 1:]
+        # contiguous: the pipeline stages check their inputs' strides against the training micro-batches'
+        # (torch 2.11 on the GPUs refused these slices of the (n, seq + 1) rows)
+        tokens, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
         if len(batch) < chunk:
             pad = chunk - len(batch)
             tokens = torch.cat([tokens, validation[:1, :-1].to(device).long().expand(pad, -1)])
