@@ -7,12 +7,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import ConfigError, RunSettings, env_names, from_env, var
+from training.common.config import FP8_BACKENDS, ConfigError, RunSettings, env_names, from_env, var
 
 OFFICIAL_TARGET = 0.720
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
-FP8_BACKENDS = ("auto", "te", "torchao", "native")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,9 @@ PASSTHROUGH_PREFIXES = (
 )  # fmt: skip
 
 
+FP8_BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND of both benchmarks (training.common.fp8)
+
+
 class ConfigError(ValueError):
     """A config problem; the message names every offending variable."""
 

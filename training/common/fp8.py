@@ -66,7 +66,7 @@ def _scale(amax: torch.Tensor, fmax: float) -> torch.Tensor:
 def _amax(t: torch.Tensor, by_rows: bool = False) -> torch.Tensor:
     """max |t|. `by_rows`: row maxima first, a row reduction the compiler fuses into the kernel producing t
     row by row (LayerNorm, GELU) instead of a separate pass over t. Not for the gradients: fused into their
-    kernels, which also write the transposed copies, it made BERT's step 16% slower (H100)."""
+    kernels, which also write the transposed copies, it cost BERT's step 17% of its samples/s (H100)."""
     t = t.detach().abs()
     return (t.amax(dim=-1) if by_rows else t).amax().float()
 
@@ -77,7 +77,7 @@ class _Fp8Matmul(torch.autograd.Function):
     fuses the cast into the kernel that produces x), w with its current amax (a small tensor), the incoming
     gradient with the previous backward's amax, which the backward then updates in place. The transposed FP8
     copies the weight-gradient GEMM needs (the FP8 GEMM takes row-major x column-major operands) are made
-    here and fused by the compiler into the casts."""
+    here; the compiler fuses them with the casts where it can."""
 
     @staticmethod
     def forward(ctx, x, w, b, x_amax, g_amax):

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import ConfigError, RunSettings, from_env, var
+from training.common.config import FP8_BACKENDS, ConfigError, RunSettings, from_env, var
 from training.llama.model import PRESETS, LlamaShape
 
 BENCHMARK = "llama31_8b"
@@ -34,7 +34,6 @@ END_LR_FACTOR = 0.1
 LR_SCHEDULE = "cosine with linear warmup"
 
 PRECISIONS = ("auto", "fp32", "bf16")
-FP8_BACKENDS = ("auto", "te", "torchao", "native")
 FP8_RECIPES = ("tensorwise", "rowwise")
 ATTENTIONS = ("auto", "sdpa", "flash_attn")
 
