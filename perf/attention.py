@@ -39,8 +39,8 @@ def timed(results, name, step, useful_flop):
         results.append((name, float("nan"), f"{type(err).__name__}: {str(err)[:100]}"))
 
 
-def table(title, results):
-    print(f"\n{title}\n| variant | ms | useful TFLOP/s |\n|---|---|---|")
+def table(title, results, unit="useful TFLOP/s"):
+    print(f"\n{title}\n| variant | ms | {unit} |\n|---|---|---|")
     for name, ms, rate in results:
         print(f"| {name} | {ms:.2f} | {rate} |")
 

@@ -1,7 +1,7 @@
 """Llama 3.1 8B training throughput under FSDP2: ours vs Hugging Face, BF16 and FP8, side by side.
 
     torchrun --nproc_per_node=4 perf/bench_llama.py [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
-        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1]
+        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--layers 32]
     torchrun --nproc_per_node=2 perf/bench_llama.py --tiny        # CPU (gloo) smoke test of this script
 
 Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaForCausalLM built from the same
@@ -230,6 +230,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (128 with --tiny)")
     ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=None, help="fewer blocks (the full width) to fit one GPU")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager blocks by default")
     ap.add_argument("--ac", action="store_true", help="activation checkpointing of every block (both models)")
     ap.add_argument(
@@ -247,7 +248,7 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     shape = TINY if args.tiny else PRESETS["8b"]
     args.seq = args.seq or (128 if args.tiny else 8192)
-    shape = shape.replace(max_seq_length=args.seq)
+    shape = shape.replace(max_seq_length=args.seq, num_layers=args.layers)
     mesh = parallel.build_mesh(device.type, world, 1)
     n = shape.num_params(include_embedding=False)
     formula = (

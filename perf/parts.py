@@ -1,6 +1,6 @@
 """Parts of the training steps on one GPU, each variant against the way the step does it now.
 
-    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm]
+    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast] [fp8-linear]
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
 float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
@@ -12,12 +12,19 @@ the trainer runs) vs compiled.
 bert-gemm: the 3 GEMMs (forward, input gradient, weight gradient) of each of BERT-Large's 4 linears per layer
 at 48 x 512 tokens, bf16 `mm` vs `torch._scaled_mm` FP8 (e4m3 x e4m3 forward, e5m2 x e4m3 gradients,
 operands already cast and laid out: the upper bound of what FP8 can save on the GEMMs alone).
+fp8-cast: the native FP8 linear's cast + transpose (+ amax) of one matrix: the Triton kernel
+(`training.common.fp8_kernels`) checked bit for bit against PyTorch's cast, and timed against the same
+written in PyTorch and compiled, each in a CUDA graph (GB/s counts the bytes read and written once).
+fp8-linear: one linear of each of BERT-Large's and Llama 3.1 8B's shapes, compiled, fwd + bwd: bf16
+`nn.Linear` vs `Fp8Linear` with its casts in PyTorch vs in the Triton kernel; the two FP8 paths' outputs and
+gradients compared.
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -180,12 +187,100 @@ def bert_gemm() -> None:
     print(f"\nper step over {layers} layers: bf16 {total['bf16']:.1f} ms, fp8 {total['fp8']:.1f} ms")
 
 
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def timed_graphed(results: list, name: str, fn, work: float, calls: int = 10) -> None:
+    """`timed` for a short kernel: `calls` calls of `fn` captured in a CUDA graph and replayed, so that the
+    time is the GPU's alone, without the launches' CPU overhead; reported per call."""
+    for _ in range(3):
+        fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    timed(results, name, graph.replay, work * calls)
+    results[-1] = (name, results[-1][1] / calls, results[-1][2])
+
+
+def fp8_cast() -> None:
+    from training.common import fp8, fp8_kernels
+
+    def torch_path(t, scale, dtype, amax):
+        amax.copy_(t.abs().amax().float())
+        t8 = fp8._cast(t, scale, dtype)
+        return t8, t8.t().contiguous()
+
+    compiled = torch.compile(torch_path)
+    results = []
+    for m, n in ((24576, 1024), (24576, 4096), (8192, 4096), (8192, 14336)):
+        t = torch.randn(m, n, device=DEV, dtype=BF16) * 3
+        scale = torch.tensor(40.0, device=DEV)
+        for dtype in (E4M3, E5M2):
+            amax, ref_amax = torch.zeros((), device=DEV), torch.zeros((), device=DEV)
+            got = fp8_kernels.cast_transpose(t, scale, amax, dtype, True)
+            want = torch_path(t, scale, dtype, ref_amax)
+            for a, b in zip(got, want):
+                bad = int((a.view(torch.uint8) != b.view(torch.uint8)).sum())
+                assert a.shape == b.shape and bad == 0, (
+                    f"{m}x{n} {dtype}: {bad} bytes differ from PyTorch's cast"
+                )
+            assert float(amax) == float(ref_amax), (float(amax), float(ref_amax))
+        gb = m * n * 4 * 1e3  # 2 bytes read, 1 + 1 written (x 1e3: the table prints GB/s)
+        y, yt = torch.empty_like(t, dtype=E5M2), torch.empty_like(t.t(), dtype=E5M2)
+        for block in ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8), (32, 128, 4)):
+            step = partial(fp8_kernels.launch, t, scale, y, yt, amax, True, block)
+            timed_graphed(results, f"{m}x{n} e5m2 + amax, Triton {block}", step, gb)
+        step = partial(compiled, t, scale, E5M2, amax)
+        timed_graphed(results, f"{m}x{n} e5m2 + amax, PyTorch compiled", step, gb)
+    print("Triton cast-transpose: bit-identical to PyTorch's cast and amax on every shape")
+    table("FP8 cast + transpose + amax of one bf16 matrix", results, unit="GB/s")
+
+
+def fp8_linear() -> None:
+    from training.common import fp8
+
+    shapes = {"BERT qkv": (24576, 1024, 3072), "BERT ffn in": (24576, 1024, 4096)}
+    shapes |= {"BERT ffn out": (24576, 4096, 1024), "Llama q": (8192, 4096, 4096)}
+    shapes |= {"Llama gate": (8192, 4096, 14336), "Llama down": (8192, 14336, 4096)}
+    kernels, results, diffs = fp8._kernels, [], []
+    for name, (m, k, n) in shapes.items():
+        x = (torch.randn(m, k, device=DEV, dtype=BF16) * 2).requires_grad_()
+        g = torch.randn(m, n, device=DEV, dtype=BF16) * 1e-3
+        base = nn.Linear(k, n, bias=name.startswith("BERT")).to(DEV, BF16)
+        grads = {}
+        for variant in ("bf16", "fp8 PyTorch casts", "fp8 Triton casts"):
+            lin = base if variant == "bf16" else fp8.Fp8Linear.from_linear(base)
+            fp8._kernels = kernels if variant.endswith("Triton casts") else None
+            torch._dynamo.reset()
+            run = torch.compile(lin)
+
+            def step(run=run, x=x, g=g, base=base):
+                x.grad = base.weight.grad = None
+                y = run(x)
+                y.backward(g)
+                return y
+
+            timed(results, f"{name} ({m}x{k}x{n}) {variant}", step, 6 * m * k * n)
+            if variant != "bf16":  # both FP8 paths from the same amax state give the same numbers
+                lin.reset_amax()
+                grads[variant] = [step().detach(), x.grad.clone(), base.weight.grad.clone()]
+        diffs.append((name, [float((a.float() - b.float()).abs().max()) for a, b in zip(*grads.values())]))
+    fp8._kernels = kernels
+    table("One linear, compiled, fwd + bwd", results)
+    print("\nmax |Triton path - PyTorch path| (y, dx, dw):")
+    for name, d in diffs:
+        print(f"  {name}: " + ", ".join(f"{v:.3g}" for v in d))
+
+
 def main() -> int:
     parts = {
         "llama-optim": llama_optim,
         "llama-gemm": llama_gemm,
         "llama-ce": llama_ce,
         "bert-gemm": bert_gemm,
+        "fp8-cast": fp8_cast,
+        "fp8-linear": fp8_linear,
     }
     for part in sys.argv[1:] or list(parts):
         parts[part]()

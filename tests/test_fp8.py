@@ -6,6 +6,7 @@ import importlib.machinery
 import sys
 import types
 
+import pytest
 import torch
 from torch import nn
 
@@ -84,3 +85,14 @@ def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
         torch.testing.assert_close(lin.bias.grad, ref[0].bias.grad, rtol=1e-2, atol=1e-4)
         torch.testing.assert_close(lin.x_amax, x.detach().abs().amax())
         torch.testing.assert_close(lin.g_amax, g.to(torch.bfloat16).abs().amax().float())
+
+
+def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
+    """MI300X / MI325X (gfx942) multiply only the FNUZ FP8 formats; the native linear uses the OCP ones."""
+    from training.common import fp8
+
+    monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx942:sramecc+:xnack-")
+    with pytest.raises(ValueError, match="FP8_BACKEND=native.*gfx942.*MI300X"):
+        fp8.choose_fp8_backend("native")
+    monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx950")
+    assert fp8.choose_fp8_backend("native") == "native"

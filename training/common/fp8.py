@@ -1,9 +1,11 @@
 """FP8 matmuls for the transformer blocks of either benchmark (BERT and Llama), chosen once at start:
-Transformer Engine where the image has it, else torchao's float8 training."""
+Transformer Engine where the image has it, else torchao's float8 training (`FP8_BACKEND=auto`), or our own
+delayed-scaling linear (`native`: `Fp8Linear`, its casts in Triton on GPUs, `fp8_kernels`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +28,12 @@ class Fp8:
 
 def choose_fp8_backend(requested: str) -> str:
     if requested == "native":
+        arch = _rocm_arch()
+        if arch.startswith("gfx94"):
+            raise ValueError(
+                f"FP8_BACKEND=native computes in the OCP FP8 formats (e4m3fn, e5m2), which this GPU ({arch}: "
+                "MI300X / MI325X) does not multiply; use FP8_BACKEND=te or torchao"
+            )
         return requested
     if requested == "auto":
         if importable("transformer_engine"):
@@ -37,6 +45,13 @@ def choose_fp8_backend(requested: str) -> str:
     if not importable(module):
         raise ValueError(f"FP8_BACKEND={requested} but {module} is not importable")
     return requested
+
+
+def _rocm_arch() -> str:
+    """The AMD GPU's architecture name (gfx942, gfx950, ...), or "" on other devices."""
+    if torch.version.hip is None or not torch.cuda.is_available():
+        return ""
+    return torch.cuda.get_device_properties(0).gcnArchName
 
 
 def _fp8_linear(module: nn.Module, fqn: str) -> bool:
@@ -53,9 +68,16 @@ def _fp8_linear(module: nn.Module, fqn: str) -> bool:
 
 
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0
+# The native linear's casts run in Triton wherever it is installed (GPU builds of PyTorch ship it, for NVIDIA
+# and AMD alike); FP8_CASTS=pytorch leaves them to PyTorch (to compare, or to rule the kernels out).
+if importable("triton") and os.environ.get("FP8_CASTS") != "pytorch":
+    from training.common import fp8_kernels as _kernels
+else:
+    _kernels = None
 
 
-def _cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, fmax: float) -> torch.Tensor:
+def _cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    fmax = torch.finfo(dtype).max
     return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
 
 
@@ -65,47 +87,54 @@ def _scale(amax: torch.Tensor, fmax: float) -> torch.Tensor:
 
 def _amax(t: torch.Tensor, by_rows: bool = False) -> torch.Tensor:
     """max |t|. `by_rows`: row maxima first, a row reduction the compiler fuses into the kernel producing t
-    row by row (LayerNorm, GELU) instead of a separate pass over t. Not for the gradients: fused into their
-    kernels, which also write the transposed copies, it cost BERT's step 17% of its samples/s (H100)."""
+    row by row (LayerNorm, GELU) instead of a separate pass over t."""
     t = t.detach().abs()
     return (t.amax(dim=-1) if by_rows else t).amax().float()
 
 
+def _cast_transpose(t, scale, dtype, amax=None, by_rows=False):
+    """(t scaled and cast to `dtype`, the same transposed and contiguous); with `amax`, its max |t| is
+    written there. One Triton pass on a GPU (`fp8_kernels`), else PyTorch (CPU, or no Triton; `by_rows`
+    as `_amax`)."""
+    if _kernels is not None and t.is_cuda:
+        dummy = amax if amax is not None else torch.empty((), device=t.device)
+        return _kernels.cast_transpose(t, scale, dummy, dtype, amax is not None)
+    if amax is not None:
+        amax.copy_(_amax(t, by_rows))
+    t8 = _cast(t, scale, dtype)
+    return t8, t8.t().contiguous()
+
+
 class _Fp8Matmul(torch.autograd.Function):
     """x @ w.T with both operands in e4m3 and the gradients in e5m2 (the HYBRID format). x is cast with the
-    scale of the previous step's amax (delayed scaling: no pass over x before the cast, so a compiled model
-    fuses the cast into the kernel that produces x), w with its current amax (a small tensor), the incoming
-    gradient with the previous backward's amax, which the backward then updates in place. The transposed FP8
-    copies the weight-gradient GEMM needs (the FP8 GEMM takes row-major x column-major operands) are made
-    here; the compiler fuses them with the casts where it can."""
+    scale of the previous step's amax (delayed scaling: no pass over x before its cast) and its amax updated
+    in the same pass (`update_x_amax`, in training), w with its current amax (a small tensor), the incoming
+    gradient with the previous backward's amax, which the backward updates likewise. Each cast also writes the
+    transposed copy that the backward's GEMMs need (the FP8 GEMM takes row-major x column-major operands):
+    x's and the gradient's for the weight gradient, w's for the input gradient."""
 
     @staticmethod
-    def forward(ctx, x, w, b, x_amax, g_amax):
+    def forward(ctx, x, w, b, x_amax, g_amax, update_x_amax):
         x_scale, w_scale = _scale(x_amax, E4M3_MAX), _scale(_amax(w), E4M3_MAX)
-        x8 = _cast(x, x_scale, torch.float8_e4m3fn, E4M3_MAX)
-        w8 = _cast(w, w_scale, torch.float8_e4m3fn, E4M3_MAX)
+        x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_x_amax else None, True)
+        w8, w8t = _cast_transpose(w, w_scale, torch.float8_e4m3fn)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
-        ctx.save_for_backward(x8, w8, x_scale, w_scale, g_amax)
+        ctx.save_for_backward(x8t, w8t, x_scale, w_scale, g_amax)
         ctx.dtypes = x.dtype, w.dtype, None if b is None else b.dtype
         return y
 
     @staticmethod
     def backward(ctx, g):
-        x8, w8, x_scale, w_scale, g_amax = ctx.saved_tensors
+        x8t, w8t, x_scale, w_scale, g_amax = ctx.saved_tensors
         g_scale = _scale(g_amax, E5M2_MAX)
-        g_amax.copy_(_amax(g))
-        g8 = _cast(g, g_scale, torch.float8_e5m2, E5M2_MAX)
+        g8, g8t = _cast_transpose(g.contiguous(), g_scale, torch.float8_e5m2, g_amax)
         g_inv = g_scale.reciprocal()
-        dx = torch._scaled_mm(
-            g8, w8.t().contiguous().t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0]
-        )
-        dw = torch._scaled_mm(
-            g8.t().contiguous(), x8.t().contiguous().t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1]
-        )
+        dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
+        dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
         db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
 
 
 class Fp8Linear(nn.Linear):
@@ -129,9 +158,7 @@ class Fp8Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        y = _Fp8Matmul.apply(flat, self.weight, self.bias, self.x_amax, self.g_amax)
-        if self.training:
-            self.x_amax.copy_(_amax(flat, by_rows=True))
+        y = _Fp8Matmul.apply(flat, self.weight, self.bias, self.x_amax, self.g_amax, self.training)
         return y.view(*x.shape[:-1], -1)
 
 
@@ -191,8 +218,11 @@ def apply_fp8(
         )
     if backend == "native":
         swapped = _swap_linears(model, Fp8Linear.from_linear)
+        casts = "PyTorch" if _kernels is None else "Triton on GPUs"
         return Fp8(
-            "native", f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients), {swapped} linear layers"
+            "native",
+            f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, casts in {casts}), "
+            f"{swapped} linear layers",
         )
     from torchao.float8 import (
         Float8LinearConfig,
