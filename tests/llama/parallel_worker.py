@@ -6,7 +6,9 @@ single-process reference, writing per-step losses and the final full weights for
         DP TP ACCUM OUT [PP]
 
 With PP > 1 the steps run through the trainer's pipeline schedule, and the worker also evaluates VALIDATION
-through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names.
+through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names. With
+FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, before TP as in the trainer) and the worker
+runs its first MLP forward and backward (`mlp_gradients`) instead of training.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from training.common.fp8 import Fp8  # noqa: E402
+from training.common.fp8 import Fp8, apply_fp8  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.config import Parallelism  # noqa: E402
 from training.llama.model import Llama, LlamaShape, cross_entropy  # noqa: E402
@@ -81,6 +83,28 @@ def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
     return losses
 
 
+def mlp_gradients(model) -> dict[str, torch.Tensor]:
+    """The first block's MLP alone (column-parallel gate/up, row-parallel down under TP; no residual path to
+    hide its input gradient) on fixed inputs, forward and backward twice (FP8's delayed scaling casts the
+    first backward's gradients with scale 1, which flushes the smallest to zero): the second's output, input
+    gradient and full weight gradients."""
+    mlp = model.layers[0].mlp
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(64, SHAPE.hidden_size, generator=gen).requires_grad_()
+    g = torch.randn(64, SHAPE.hidden_size, generator=gen)
+    for _ in range(2):
+        x.grad = None
+        mlp.zero_grad(set_to_none=True)
+        y = mlp(x)
+        y.backward(g)
+    grads = {
+        n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        for n, p in mlp.named_parameters()
+    }
+    # clone(): the row-parallel output comes back as an async collective's tensor, which waits on any op
+    return {name: t.detach().clone() for name, t in {"y": y, "dx": x.grad, **grads}.items()}
+
+
 def train_pipeline(model, schedule, mesh, rank_rows, pp: int) -> list[float]:
     """`train` through the trainer's pipeline schedule: the step's micro-batches at once, the loss from the
     last stage, the gradient norm over all stages."""
@@ -105,6 +129,9 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     mesh = parallel.build_mesh("cpu", dp, tp, pp=pp)
     model = full_model()
     reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
+    fp8 = os.environ.get("FP8_BACKEND")
+    if fp8:
+        apply_fp8(model, True, fp8)
     described = [parallel.apply_pp(model, mesh), parallel.apply_tp(model, mesh)]
     described.append(parallel.apply_fsdp(model, mesh, torch.float32, reshard))
     dp_rank = rank // (tp * pp)
@@ -114,6 +141,13 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
         return t[dp_rank * share : (dp_rank + 1) * share]
 
     result = {"described": described}
+    if fp8:
+        result["mlp"] = mlp_gradients(model)
+        if rank == 0:
+            torch.save(result, out)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if pp > 1:
         schedule = parallel.pipeline_schedule(model, mesh, torch.device("cpu"), accum, pipeline_loss)
         result["losses"] = train_pipeline(model, schedule, mesh, rows, pp)

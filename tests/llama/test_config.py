@@ -48,7 +48,10 @@ def test_defaults_are_the_mlperf_values():
         ({"CP": "2", "TP": "2"}, "CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
         ({"CP": "3"}, "SEQ_LENGTH=8192 is not a multiple of 2 x CONTEXT_PARALLEL_SIZE"),
         ({"TP": "3"}, "NUM_QUERY_GROUPS=8 is not divisible by TENSOR_MODEL_PARALLEL_SIZE=3"),
-        ({"FP8": "1", "TP": "2"}, "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
+        (
+            {"FP8": "1", "TP": "2"},
+            "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only",
+        ),
         ({"LR": "4e-4"}, "MAX_LR='8e-4', LR='4e-4': the same setting given twice"),
     ],
 )
@@ -56,6 +59,10 @@ def test_errors_name_the_variable(env, needle):
     with pytest.raises(ConfigError) as err:
         make(**env)
     assert needle in str(err.value)
+
+
+def test_native_fp8_is_allowed_with_tensor_parallelism():
+    assert make(FP8="1", TP="2", FP8_BACKEND="native").tp == 2
 
 
 def test_nvidia_names_are_aliases_and_typos_are_caught():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, Partial, Shard
 
 from training.common.backends import importable
 
@@ -157,9 +158,36 @@ class Fp8Linear(nn.Linear):
         self.g_amax.fill_(E5M2_MAX)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.weight, DTensor):
+            return self._forward_tensor_parallel(x)
+        return self._matmul(x, self.weight, self.bias, self.x_amax, self.g_amax)
+
+    def _matmul(self, x, w, b, x_amax, g_amax):
         flat = x.reshape(-1, x.shape[-1])
-        y = _Fp8Matmul.apply(flat, self.weight, self.bias, self.x_amax, self.g_amax, self.training)
+        y = _Fp8Matmul.apply(flat, w, b, x_amax, g_amax, self.training)
         return y.view(*x.shape[:-1], -1)
+
+    def _forward_tensor_parallel(self, x):
+        """Under DTensor tensor parallelism (the weight sharded by rows: column-parallel, with the input
+        replicated; or by columns: row-parallel, with the input sharded the same way): the FP8 GEMM of the
+        local shards, with this rank's own scales (each rank dequantizes its product before any sum, so the
+        scales need not agree), DTensor only at the edges. The gradient of a replicated input is a partial
+        sum per rank; DTensor all-reduces it."""
+        w = self.weight
+        if w.device_mesh.ndim != 1 or not w.placements[0].is_shard():
+            raise NotImplementedError(f"native FP8 linear with a weight placed {w.placements}")
+        row_parallel = w.placements[0].dim == 1
+        if row_parallel and self.bias is not None:
+            raise NotImplementedError(
+                "native FP8 row-parallel linear with a bias (it would be added per rank)"
+            )
+        grad = [Shard(x.ndim - 1)] if row_parallel else [Partial()]
+        b = None if self.bias is None else self.bias.to_local()
+        # parallelize_module made the amax buffers replicated DTensors: each rank keeps its own values
+        amax = [a.to_local() if isinstance(a, DTensor) else a for a in (self.x_amax, self.g_amax)]
+        y = self._matmul(x.to_local(grad_placements=grad), w.to_local(), b, *amax)
+        out = [Partial()] if row_parallel else [Shard(y.ndim - 1)]
+        return DTensor.from_local(y, w.device_mesh, out, run_check=False)
 
 
 def reset_fp8_state(model: nn.Module) -> None:

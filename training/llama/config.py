@@ -171,9 +171,10 @@ class LlamaPretrainConfig(RunSettings):
             if self.seq_length % (2 * self.cp):
                 problems.append(f"SEQ_LENGTH={self.seq_length} is not a multiple of 2 x {cp[:-2]} "
                                 "(each rank holds a head and a tail chunk of every sequence)")  # fmt: skip
-        if self.fp8 and self.tp > 1:
+        if self.fp8 and self.tp > 1 and self.fp8_backend != "native":
             problems.append(
-                "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented (FP8 runs with FSDP2 only)"
+                f"FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only (not "
+                f"{self.fp8_backend!r})"
             )
         if self.fp8 and self.precision == "fp32":
             problems.append("FP8=1 needs PRECISION=bf16 or auto")
