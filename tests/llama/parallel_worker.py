@@ -7,8 +7,8 @@ single-process reference, writing per-step losses and the final full weights for
 
 With PP > 1 the steps run through the trainer's pipeline schedule, and the worker also evaluates VALIDATION
 through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names. With
-FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, before TP as in the trainer) and the worker
-runs its first MLP forward and backward (`mlp_gradients`) instead of training.
+FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, after PP and before TP as in the trainer);
+with TP the worker then runs its first MLP forward and backward (`mlp_gradients`) instead of training.
 """
 
 from __future__ import annotations
@@ -57,8 +57,11 @@ def full_model() -> Llama:
     return model
 
 
-def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
-    """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step."""
+def train(model, rank_rows, accum: int, fsdp_sync=None, scale_grads: bool = False) -> list[float]:
+    """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step.
+    `scale_grads`: each micro-batch's backward from its own mean loss and the gradients divided by `accum`
+    after, as PyTorch's pipeline schedules do (the same in exact arithmetic; not for FP8's first, scale-1
+    gradient casts, which flush different small values)."""
     optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
     params = [p for p in model.parameters()]
     losses = []
@@ -71,8 +74,11 @@ def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
                 fsdp_sync(m == accum - 1)
             rows = slice(m * per_micro, (m + 1) * per_micro)
             loss = cross_entropy(model(tokens[rows]), labels[rows])
-            (loss / accum).backward()
+            (loss if scale_grads else loss / accum).backward()
             total += loss.detach() / accum
+        if scale_grads:
+            for p in params:
+                p.grad /= accum
         parallel.clip_grad_norm_(params, 0.5)  # small enough to clip: exercises the sharded norm
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -130,9 +136,10 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     model = full_model()
     reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
     fp8 = os.environ.get("FP8_BACKEND")
+    described = [parallel.apply_pp(model, mesh)]
     if fp8:
         apply_fp8(model, True, fp8)
-    described = [parallel.apply_pp(model, mesh), parallel.apply_tp(model, mesh)]
+    described.append(parallel.apply_tp(model, mesh))
     described.append(parallel.apply_fsdp(model, mesh, torch.float32, reshard))
     dp_rank = rank // (tp * pp)
 
@@ -141,7 +148,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
         return t[dp_rank * share : (dp_rank + 1) * share]
 
     result = {"described": described}
-    if fp8:
+    if fp8 and tp > 1:
         result["mlp"] = mlp_gradients(model)
         if rank == 0:
             torch.save(result, out)

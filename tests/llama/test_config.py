@@ -42,7 +42,11 @@ def test_defaults_are_the_mlperf_values():
         ({"WARMUP_STEPS": "-1"}, "WARMUP_STEPS=-1"),
         ({"PRECISION": "fp16"}, "PRECISION='fp16'"),
         ({"MODEL_SIZE": "7b"}, "MODEL_SIZE='7b'"),
-        ({"PP": "2", "FP8": "1"}, "PIPELINE_MODEL_PARALLEL_SIZE>1 with FP8=1 is not implemented"),
+        (
+            {"PP": "2", "FP8": "1"},
+            "PIPELINE_MODEL_PARALLEL_SIZE>1 with FP8=1 and FP8_BACKEND=auto (torchao runs)",
+        ),
+        ({"PP": "2", "FP8": "1", "FP8_BACKEND": "native"}, "FP8=1 and FP8_BACKEND=native (torchao runs)"),
         ({"PP": "3"}, "32 layers do not split into PIPELINE_MODEL_PARALLEL_SIZE=3 equal stages"),
         ({"CP": "2", "COMPILE": "1"}, "CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented"),
         ({"CP": "2", "TP": "2"}, "CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
@@ -61,8 +65,9 @@ def test_errors_name_the_variable(env, needle):
     assert needle in str(err.value)
 
 
-def test_native_fp8_is_allowed_with_tensor_parallelism():
+def test_fp8_is_allowed_with_tensor_parallelism_native_and_pipelines_torchao():
     assert make(FP8="1", TP="2", FP8_BACKEND="native").tp == 2
+    assert make(FP8="1", PP="2", FP8_BACKEND="torchao").pp == 2
 
 
 def test_nvidia_names_are_aliases_and_typos_are_caught():

@@ -80,25 +80,51 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
         assert err < 0.1, f"{name}: relative error {err:.3f}"
 
 
-@pytest.mark.parametrize("dp, pp", [(1, 2), (2, 2)], ids=["pp2", "dp2-x-pp2"])
-def test_pipeline_training_and_evaluation_match_single_process(tmp_path, reference, dp, pp):
+def run_pipeline(tmp_path, dp: int, pp: int, env: dict | None = None) -> list[dict]:
+    """The worker under torchrun with PP stages (2 micro-batches per step): each rank's result."""
     out = tmp_path / "result.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={dp * pp}",
            str(HERE / "parallel_worker.py"), str(dp), "1", "2", str(out), str(pp)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = [torch.load(tmp_path / f"result.pt.{rank}") for rank in range(dp * pp)]
-    ref_losses, ref_state = reference
-    assert results[0]["described"][0].startswith(f"stage 0 of {pp} (blocks 0-0)")
+    return [torch.load(tmp_path / f"result.pt.{rank}") for rank in range(dp * pp)]
+
+
+def assert_pipeline_matches(results, ref_losses, ref_state, expected_eval, eval_tol=1e-5) -> None:
+    tol = 1e-5
     state = {name: value for r in results for name, value in r["state"].items()}
     assert state.keys() == ref_state.keys()  # the stages hold every weight once between them
     for r in results:
-        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref_losses), atol=tol, rtol=tol)
+        assert r["eval"] == pytest.approx(expected_eval, rel=eval_tol)
     for name, value in ref_state.items():
-        torch.testing.assert_close(state[name], value, atol=1e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(state[name], value, atol=tol, rtol=10 * tol, msg=name)
+
+
+@pytest.mark.parametrize("dp, pp", [(1, 2), (2, 2)], ids=["pp2", "dp2-x-pp2"])
+def test_pipeline_training_and_evaluation_match_single_process(tmp_path, reference, dp, pp):
+    results = run_pipeline(tmp_path, dp, pp)
+    ref_losses, ref_state = reference
+    assert results[0]["described"][0].startswith(f"stage 0 of {pp} (blocks 0-0)")
     model = worker.full_model()
     model.load_state_dict(ref_state)
     par = Parallelism(1, 1, 1, 1, 1, 1)
     expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())
-    assert all(r["eval"] == pytest.approx(expected, rel=1e-5) for r in results)
+    assert_pipeline_matches(results, ref_losses, ref_state, expected)
+
+
+def test_pipeline_with_torchao_fp8_matches_single_process_fp8(tmp_path):
+    """PP 2 with torchao's FP8 linears: each stage holds whole blocks, so its FP8 math is one process's with
+    the same accumulation. (The native linear is refused with pipelines: PyTorch 2.13's stage runs forward
+    and backward on uninitialized tensors to infer its shapes, and their amax became NaN scales here.)"""
+    results = run_pipeline(tmp_path, 1, 2, {"FP8_BACKEND": "torchao"})
+    model = worker.full_model()
+    apply_fp8(model, True, "torchao")
+    losses = worker.train(model, lambda t: t, accum=2, scale_grads=True)
+    state = {k: v.detach().clone() for k, v in model.named_parameters()}
+    par = Parallelism(1, 1, 1, 1, 1, 1)
+    expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())
+    # evaluation pads the pipeline's last micro-batch with unlabelled sequences, which torchao's dynamic
+    # scaling sees in its amax: equal within FP8's error only
+    assert_pipeline_matches(results, losses, state, expected, eval_tol=1e-3)

@@ -122,13 +122,16 @@ class _Fp8Matmul(torch.autograd.Function):
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
-        ctx.save_for_backward(x8t, w8t, x_scale, w_scale, g_amax)
+        ctx.save_for_backward(x8t, w8t, x_scale, w_scale)
+        # not saved for backward: that would check its version, which another micro-batch's backward may
+        # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
+        ctx.g_amax = g_amax
         ctx.dtypes = x.dtype, w.dtype, None if b is None else b.dtype
         return y
 
     @staticmethod
     def backward(ctx, g):
-        x8t, w8t, x_scale, w_scale, g_amax = ctx.saved_tensors
+        (x8t, w8t, x_scale, w_scale), g_amax = ctx.saved_tensors, ctx.g_amax
         g_scale = _scale(g_amax, E5M2_MAX)
         g8, g8t = _cast_transpose(g.contiguous(), g_scale, torch.float8_e5m2, g_amax)
         g_inv = g_scale.reciprocal()
@@ -164,7 +167,9 @@ class Fp8Linear(nn.Linear):
 
     def _matmul(self, x, w, b, x_amax, g_amax):
         flat = x.reshape(-1, x.shape[-1])
-        y = _Fp8Matmul.apply(flat, w, b, x_amax, g_amax, self.training)
+        # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
+        training = self.training and torch.is_grad_enabled()
+        y = _Fp8Matmul.apply(flat, w, b, x_amax, g_amax, training)
         return y.view(*x.shape[:-1], -1)
 
     def _forward_tensor_parallel(self, x):
