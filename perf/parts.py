@@ -17,7 +17,8 @@ fp8-cast: the native FP8 linear's cast + transpose (+ amax) of one matrix: the T
 written in PyTorch and compiled, each in a CUDA graph (GB/s counts the bytes read and written once).
 fp8-linear: one linear of each of BERT-Large's and Llama 3.1 8B's shapes, compiled, fwd + bwd: bf16
 `nn.Linear` vs `Fp8Linear` with its casts in PyTorch vs in the Triton kernel; the two FP8 paths' outputs and
-gradients compared.
+gradients compared, and each one's amax checked (the true maxima after a step, unchanged by a no-grad
+forward).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
@@ -265,6 +266,11 @@ def fp8_linear() -> None:
             if variant != "bf16":  # both FP8 paths from the same amax state give the same numbers
                 lin.reset_amax()
                 grads[variant] = [step().detach(), x.grad.clone(), base.weight.grad.clone()]
+                amax = (float(lin.x_amax), float(lin.g_amax))
+                with torch.no_grad():
+                    run(x)  # a no-grad forward leaves the amax alone
+                assert amax == (float(lin.x_amax), float(lin.g_amax))
+                assert amax == (float(x.detach().abs().max()), float(g.abs().max())), (name, variant, amax)
         diffs.append((name, [float((a.float() - b.float()).abs().max()) for a, b in zip(*grads.values())]))
     fp8._kernels = kernels
     table("One linear, compiled, fwd + bwd", results)

@@ -57,11 +57,8 @@ def full_model() -> Llama:
     return model
 
 
-def train(model, rank_rows, accum: int, fsdp_sync=None, scale_grads: bool = False) -> list[float]:
-    """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step.
-    `scale_grads`: each micro-batch's backward from its own mean loss and the gradients divided by `accum`
-    after, as PyTorch's pipeline schedules do (the same in exact arithmetic; not for FP8's first, scale-1
-    gradient casts, which flush different small values)."""
+def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
+    """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step."""
     optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
     params = [p for p in model.parameters()]
     losses = []
@@ -74,11 +71,8 @@ def train(model, rank_rows, accum: int, fsdp_sync=None, scale_grads: bool = Fals
                 fsdp_sync(m == accum - 1)
             rows = slice(m * per_micro, (m + 1) * per_micro)
             loss = cross_entropy(model(tokens[rows]), labels[rows])
-            (loss if scale_grads else loss / accum).backward()
+            (loss / accum).backward()
             total += loss.detach() / accum
-        if scale_grads:
-            for p in params:
-                p.grad /= accum
         parallel.clip_grad_norm_(params, 0.5)  # small enough to clip: exercises the sharded norm
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

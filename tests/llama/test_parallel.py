@@ -20,6 +20,18 @@ from training.llama.train import evaluate
 HERE = Path(__file__).resolve().parent
 
 
+def run_worker(tmp_path, dp: int, tp: int, accum: int, pp: int = 1, **env: str) -> Path:
+    """`parallel_worker.py` under torchrun on dp x tp x pp CPU processes, `env` added to the environment;
+    returns the path its rank 0 wrote (with PP, every rank writes that path + `.rank`)."""
+    out = tmp_path / "result.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={dp * tp * pp}",
+           str(HERE / "parallel_worker.py"), str(dp), str(tp), str(accum), str(out), str(pp)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference():
     model = worker.full_model()
@@ -33,23 +45,7 @@ def reference():
     ids=["fsdp2-dp2-accum2", "fsdp2-dp2-accum2-kept-gathered", "tp2", "fsdp2-dp2-x-tp2"],
 )
 def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum, reshard):
-    out = tmp_path / "result.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RESHARD_AFTER_FORWARD": reshard}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={dp * tp}",
-        str(HERE / "parallel_worker.py"),
-        str(dp),
-        str(tp),
-        str(accum),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = torch.load(out)
+    result = torch.load(run_worker(tmp_path, dp, tp, accum, RESHARD_AFTER_FORWARD=reshard))
     ref_losses, ref_state = reference
     assert result["described"][1 if tp > 1 else 2] != "off"  # [pipeline, tensor parallel, FSDP]
     assert ("kept gathered" in result["described"][2]) == (reshard == "0")
@@ -63,13 +59,7 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
     weight gradients within FP8's error of one process's native FP8 (the ranks scale their shards with their
     own amax). Without the sum of the replicated input's partial gradients over the TP ranks, the input
     gradient would be off by about 70%."""
-    out = tmp_path / "result.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(HERE / "parallel_worker.py"), "1", "2", "1", str(out)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FP8_BACKEND": "native"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = torch.load(out)
+    result = torch.load(run_worker(tmp_path, 1, 2, 1, FP8_BACKEND="native"))
     model = worker.full_model()
     assert "linear layers" in apply_fp8(model, True, "native").description
     want = worker.mlp_gradients(model)
@@ -80,15 +70,10 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
         assert err < 0.1, f"{name}: relative error {err:.3f}"
 
 
-def run_pipeline(tmp_path, dp: int, pp: int, env: dict | None = None) -> list[dict]:
-    """The worker under torchrun with PP stages (2 micro-batches per step): each rank's result."""
-    out = tmp_path / "result.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={dp * pp}",
-           str(HERE / "parallel_worker.py"), str(dp), "1", "2", str(out), str(pp)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [torch.load(tmp_path / f"result.pt.{rank}") for rank in range(dp * pp)]
+def run_pipeline(tmp_path, dp: int, pp: int, **env: str) -> list[dict]:
+    """The worker with PP stages (2 micro-batches per step): each rank's result."""
+    out = run_worker(tmp_path, dp, 1, 2, pp, **env)
+    return [torch.load(out.with_name(f"{out.name}.{rank}")) for rank in range(dp * pp)]
 
 
 def assert_pipeline_matches(results, ref_losses, ref_state, expected_eval, eval_tol=1e-5) -> None:
@@ -118,10 +103,10 @@ def test_pipeline_with_torchao_fp8_matches_single_process_fp8(tmp_path):
     """PP 2 with torchao's FP8 linears: each stage holds whole blocks, so its FP8 math is one process's with
     the same accumulation. (The native linear is refused with pipelines: PyTorch 2.13's stage runs forward
     and backward on uninitialized tensors to infer its shapes, and their amax became NaN scales here.)"""
-    results = run_pipeline(tmp_path, 1, 2, {"FP8_BACKEND": "torchao"})
+    results = run_pipeline(tmp_path, 1, 2, FP8_BACKEND="torchao")
     model = worker.full_model()
     apply_fp8(model, True, "torchao")
-    losses = worker.train(model, lambda t: t, accum=2, scale_grads=True)
+    losses = worker.train(model, lambda t: t, accum=2)
     state = {k: v.detach().clone() for k, v in model.named_parameters()}
     par = Parallelism(1, 1, 1, 1, 1, 1)
     expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())

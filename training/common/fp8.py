@@ -68,7 +68,7 @@ def _fp8_linear(module: nn.Module, fqn: str) -> bool:
     )
 
 
-E4M3_MAX, E5M2_MAX = 448.0, 57344.0
+E4M3_MAX, E5M2_MAX = torch.finfo(torch.float8_e4m3fn).max, torch.finfo(torch.float8_e5m2).max  # 448, 57344
 # The native linear's casts run in Triton wherever it is installed (GPU builds of PyTorch ship it, for NVIDIA
 # and AMD alike); FP8_CASTS=pytorch leaves them to PyTorch (to compare, or to rule the kernels out).
 if importable("triton") and os.environ.get("FP8_CASTS") != "pytorch":
@@ -133,7 +133,7 @@ class _Fp8Matmul(torch.autograd.Function):
     def backward(ctx, g):
         (x8t, w8t, x_scale, w_scale), g_amax = ctx.saved_tensors, ctx.g_amax
         g_scale = _scale(g_amax, E5M2_MAX)
-        g8, g8t = _cast_transpose(g.contiguous(), g_scale, torch.float8_e5m2, g_amax)
+        g8, g8t = _cast_transpose(g, g_scale, torch.float8_e5m2, g_amax)
         g_inv = g_scale.reciprocal()
         dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
         dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
