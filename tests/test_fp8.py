@@ -96,3 +96,22 @@ def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
         fp8.choose_fp8_backend("native")
     monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx950")
     assert fp8.choose_fp8_backend("native") == "native"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton casts run on GPUs")
+@pytest.mark.parametrize("shape", [(2048, 1024), (1000, 1000)])
+@pytest.mark.parametrize("source", [torch.bfloat16, torch.float32])  # float32: weights under autocast
+def test_triton_cast_transpose_is_bit_identical_to_pytorch_cast(shape, source):
+    """On GPUs: the kernel's FP8 copy, transposed copy and amax equal PyTorch's cast of the same tensor.
+    (Triton 3.6 wrote wrong transposed copies of full float32 tiles until the kernel reloaded them.)"""
+    from training.common import fp8, fp8_kernels
+
+    t = (torch.randn(shape, device="cuda") * 3).to(source)
+    scale = torch.tensor(40.0, device="cuda")
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        amax = torch.zeros((), device="cuda")
+        y, yt = fp8_kernels.cast_transpose(t, scale, amax, dtype, True)
+        want = fp8._cast(t, scale, dtype)
+        assert torch.equal(y.view(torch.uint8), want.view(torch.uint8))
+        assert torch.equal(yt.view(torch.uint8), want.t().contiguous().view(torch.uint8))
+        assert float(amax) == float(t.abs().max())

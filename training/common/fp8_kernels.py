@@ -25,10 +25,19 @@ def _cast_transpose_kernel(
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
+    scale = tl.load(scale_ptr)
     x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.clamp(x * tl.load(scale_ptr), -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    y = tl.clamp(x * scale, -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=mask)
-    tl.store(yt_ptr + rn[:, None] * M + rm[None, :], tl.trans(y), mask=(rn[:, None] < N) & (rm[None, :] < M))
+    mask_t = (rn[:, None] < N) & (rm[None, :] < M)
+    if x_ptr.dtype.element_ty == tl.float32:
+        # Triton 3.6 transposed full tiles loaded from float32 wrongly (on an H200, with tl.trans of the
+        # FP8 or of the float32 tile; bf16 right): read the tile again in transposed order (from cache)
+        xt = tl.load(x_ptr + rm[None, :] * N + rn[:, None], mask=mask_t, other=0.0)
+        yt = tl.clamp(xt * scale, -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    else:
+        yt = tl.trans(y)
+    tl.store(yt_ptr + rn[:, None] * M + rm[None, :], yt, mask=mask_t)
     if AMAX:
         tl.atomic_max(amax_ptr, tl.max(tl.abs(x)))
 
