@@ -5,6 +5,7 @@ delayed-scaling linear (`native`: `Fp8Linear`, its casts in Triton on GPUs, `fp8
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,40 @@ def _cast_transpose(t, scale, dtype, amax=None, by_rows=False):
         amax.copy_(_amax(t, by_rows))
     t8 = _cast(t, scale, dtype)
     return t8, t8.t().contiguous()
+
+
+def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
+    """What the Triton casts get wrong on `device` against PyTorch's cast ("" if nothing): the FP8 copy, the
+    transposed copy and the amax of bf16 and float32 inputs, in both formats, compared byte for byte. Triton
+    3.6 wrote wrong transposed copies of float32 tiles until the kernel worked around it (`perf/RESULTS.md`);
+    other Triton versions and GPUs (ROCm) may have faults of their own."""
+    gen = torch.Generator(device).manual_seed(0)
+    t = torch.randn(shape, device=device, generator=gen) * 3
+    scale = torch.tensor(40.0, device=device)
+    for src, dtype in itertools.product(
+        (torch.bfloat16, torch.float32), (torch.float8_e4m3fn, torch.float8_e5m2)
+    ):
+        x, amax = t.to(src), torch.zeros((), device=device)
+        y, yt = _kernels.cast_transpose(x, scale, amax, dtype, True)
+        want = _cast(x, scale, dtype)
+        for name, got, ref in (("copy", y, want), ("transposed copy", yt, want.t().contiguous())):
+            if not torch.equal(got.view(torch.uint8), ref.view(torch.uint8)):
+                return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
+        if float(amax) != float(x.abs().max()):
+            return f"the amax of {shape[0]}x{shape[1]} {src}"
+    return ""
+
+
+def _choose_casts() -> str:
+    """Triton casts on GPUs if they match PyTorch's there (checked by each native `apply_fp8`)."""
+    global _kernels
+    if _kernels is None or not torch.cuda.is_available():
+        return "PyTorch"
+    fault = triton_casts_fault(torch.device("cuda", torch.cuda.current_device()))
+    if fault:
+        _kernels = None
+        return f"PyTorch (the Triton kernel got {fault} wrong on this GPU)"
+    return "Triton (checked against PyTorch's on this GPU)"
 
 
 class _Fp8Matmul(torch.autograd.Function):
@@ -251,7 +286,7 @@ def apply_fp8(
         )
     if backend == "native":
         swapped = _swap_linears(model, Fp8Linear.from_linear)
-        casts = "PyTorch" if _kernels is None else "Triton on GPUs"
+        casts = _choose_casts()
         return Fp8(
             "native",
             f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, casts in {casts}), "
