@@ -36,7 +36,8 @@ ref = names[0]
 for what in ("eval loss", "step loss"):
     keys = sorted(set.intersection(*(set(r[what]) for r in runs.values())))
     if not keys:
-        print(f"{what}: no common points: a run failed (see {', '.join(n + '.txt' for n in names)})")
+        failed = [n for n in names if not runs[n][what]] or names
+        print(f"{what}: no common points: see {', '.join(n + '.txt' for n in failed)}")
         continue
     print(f"| {what} at | {' | '.join(names)} |\n|---|{'---|' * len(names)}")
     for k in keys:
