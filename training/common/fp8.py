@@ -1,6 +1,7 @@
 """FP8 matmuls for the transformer blocks of either benchmark (BERT and Llama), chosen once at start:
 Transformer Engine where the image has it, else torchao's float8 training (`FP8_BACKEND=auto`), or our own
-delayed-scaling linear (`native`: `Fp8Linear`, its casts in Triton on GPUs, `fp8_kernels`)."""
+delayed-scaling linear (`native`: `Fp8Linear`, its casts in Triton on GPUs where they match PyTorch's,
+`fp8_kernels`)."""
 
 from __future__ import annotations
 
