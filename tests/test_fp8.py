@@ -109,7 +109,7 @@ def test_triton_cast_transpose_is_bit_identical_to_pytorch_cast(shape):
     assert fp8.triton_casts_fault(torch.device("cuda"), shape) == ""
 
 
-def fake_kernels(transpose_fault: bool) -> types.ModuleType:
+def fake_kernels(transpose_fault: bool) -> types.SimpleNamespace:
     """A stand-in for `fp8_kernels` (no Triton here): PyTorch's cast, float32 transposes flipped on demand."""
     from training.common import fp8
 
