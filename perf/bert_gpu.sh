@@ -5,8 +5,10 @@
 #   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline);
 #   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
 #           with a one-GPU config derived from config_H100_1x8x48.sh, and its logged tracked_stats throughput;
-#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8, 200 steps with an eval every 20:
-#           both masked-LM accuracy curves (and training losses) and their largest difference.
+#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8 (FP8_BACKEND, default auto), 200 steps
+#           with an eval every 1,000 samples (CURVE_SETTINGS overrides these, e.g. "COMPILE=0
+#           MAX_SAMPLES_TERMINATION=40000"): both masked-LM accuracy curves (and training losses) and their
+#           largest difference.
 # Host tunables are not touched here (TUNABLES_ROOT points at an empty folder: every setting reads absent).
 # Usage (repo root): OUT=/some/dir [STAGES="bench data runner curves"] bash perf/bert_gpu.sh
 set -euo pipefail
@@ -53,8 +55,9 @@ runner() {  # runner LOGDIR [VAR=VALUE...]: the config above, NEXP=1, with these
 
 if [[ ${stages} == *curves* ]]; then
   for precision in bf16 fp8; do
-    runner "${out}/curve_${precision}" PRECISION="${precision}" SEED=1234 MAX_SAMPLES_TERMINATION=10000 \
-      EVAL_ITER_START_SAMPLES=1000 EVAL_ITER_SAMPLES=1000 LOG_FREQ=20
+    # shellcheck disable=SC2086 # CURVE_SETTINGS: VAR=value words
+    runner "${out}/curve_${precision}" PRECISION="${precision}" FP8_BACKEND="${FP8_BACKEND:-auto}" SEED=1234 \
+      MAX_SAMPLES_TERMINATION=10000 EVAL_ITER_START_SAMPLES=1000 EVAL_ITER_SAMPLES=1000 LOG_FREQ=20 ${CURVE_SETTINGS:-}
   done
   "${PYTHON}" - "${out}" <<'PY'
 import json, re, sys
