@@ -10,10 +10,10 @@ both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
 --no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
 compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
-clip_grad_norm_). FP8 (`fp8`) is torchao float8 (tensorwise, FP8 all-gather) on the blocks' linear layers;
-`fp8native` our delayed-scaling linear (training.common.fp8, q/k/v and gate/up grouped). A step is
-forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
-the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
+clip_grad_norm_). FP8 is
+torchao float8 (tensorwise, FP8 all-gather) on the blocks' linear layers. A step is forward + backward +
+clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
+max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
 gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
@@ -37,7 +37,6 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
-from training.common import fp8 as fp8_module  # noqa: E402
 from training.common.fp8 import apply_fp8, reset_fp8_state  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.model import PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
@@ -108,12 +107,11 @@ def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[floa
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep", "separate"}
+    unknown = set(modes) - {"compile", "eager", "keep"}
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
     fp8_on = precision in ("fp8", "fp8native")
-    fp8_module.GROUP_LINEARS = "separate" not in modes  # native FP8: q/k/v and gate/up as one GEMM each
     if fp8_on and device.type != "cuda":
         return {"skipped": "FP8 needs a GPU"}
     torch.manual_seed(0)
@@ -225,9 +223,8 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-separate], comma-separated (keep: "
-        "FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; separate: native "
-        "FP8's q/k/v and gate/up linears one by one, FP8_GROUP_LINEARS=0)",
+        help="<ours|hf>-<bf16|fp8>[-compile|-eager][-keep], comma-separated (keep: FSDP2 keeps the blocks "
+        "gathered from forward to backward, RESHARD_AFTER_FORWARD=0)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

@@ -142,39 +142,3 @@ def test_a_faulty_triton_cast_is_named_and_the_native_linear_falls_back_to_pytor
     description = apply_fp8(model, True, "native").description
     assert f"casts in PyTorch (the Triton kernel got {fault} wrong on this GPU)" in description
     assert fp8._kernels is None
-
-
-def test_native_linears_sharing_an_input_run_as_one_gemm_with_the_same_numbers(monkeypatch):
-    """q/k/v as one FP8 GEMM (`shared_input_linears`) against the three native linears on their own: with
-    equal weight maxima (so one weight scale is each one's scale) and the first step's unit scales, the
-    outputs and weight gradients are the same numbers, the input gradient within bf16 rounding (one GEMM
-    against three summed in bf16); the first linear's amax buffers track the input and all three gradients."""
-    from training.common import fp8
-
-    torch.manual_seed(0)
-    linears = [nn.Linear(64, n, bias=False) for n in (64, 32, 32)]
-    with torch.no_grad():
-        for lin in linears:
-            lin.weight[0, 0] = 0.5  # the largest |weight| of each
-    x = torch.randn(2, 16, 64) * 3
-    grads = [torch.randn(2, 16, n) * 1e-3 for n in (64, 32, 32)]
-    results = []
-    for grouped in (False, True):
-        monkeypatch.setattr(fp8, "GROUP_LINEARS", grouped)
-        group = [fp8.Fp8Linear.from_linear(nn.Linear(64, lin.out_features, bias=False)) for lin in linears]
-        for lin, src in zip(group, linears):
-            lin.weight = nn.Parameter(src.weight.detach().clone())
-        xi = x.clone().requires_grad_()
-        with torch.autocast("cpu", torch.bfloat16):
-            outs = fp8.shared_input_linears(xi, *group)
-        torch.autograd.backward(outs, [g.to(torch.bfloat16) for g in grads])
-        results.append((outs, xi.grad, [lin.weight.grad for lin in group], group[0]))
-    (sep, sep_dx, sep_dw, _), (one, one_dx, one_dw, first) = results
-    for a, b in zip(sep, one):
-        torch.testing.assert_close(b, a, rtol=0, atol=0)
-    for a, b in zip(sep_dw, one_dw):
-        torch.testing.assert_close(b, a, rtol=1e-6, atol=0)
-    torch.testing.assert_close(one_dx, sep_dx, rtol=2e-2, atol=1e-5)
-    torch.testing.assert_close(first.x_amax, x.abs().amax())
-    g_max = max(g.to(torch.bfloat16).abs().amax().float() for g in grads)
-    torch.testing.assert_close(first.g_amax, g_max)

@@ -231,27 +231,6 @@ class Fp8Linear(nn.Linear):
         return DTensor.from_local(y, w.device_mesh, out, run_check=False)
 
 
-# Native FP8 linears that share their input (q/k/v, gate/up) run as one (`shared_input_linears`);
-# FP8_GROUP_LINEARS=0 runs each on its own (to compare)
-GROUP_LINEARS = os.environ.get("FP8_GROUP_LINEARS", "1") != "0"
-
-
-def shared_input_linears(x: torch.Tensor, *linears: nn.Module) -> tuple[torch.Tensor, ...]:
-    """Each of `linears` applied to x. Native FP8 linears without biases, outside tensor parallelism, run as
-    one, as Transformer Engine's fused QKV linear: x cast once, one GEMM over their concatenated weights (one
-    weight scale, one gradient scale: the first linear's amax buffers), the outputs split; fewer, larger GEMMs
-    and no sum of the input's gradients. Anything else runs linear by linear."""
-    first = linears[0]
-    grouped = GROUP_LINEARS and all(
-        type(m) is Fp8Linear and m.bias is None and not isinstance(m.weight, DTensor) for m in linears
-    )
-    if not grouped:
-        return tuple(m(x) for m in linears)
-    w = torch.cat([m.weight for m in linears])
-    y = first._matmul(x, w, None, first.x_amax, first.g_amax)
-    return y.split([m.weight.shape[0] for m in linears], dim=-1)
-
-
 def reset_fp8_state(model: nn.Module) -> None:
     """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers."""
     for module in model.modules():

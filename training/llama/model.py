@@ -9,8 +9,6 @@ Face checkpoint loads with `load_hf_state_dict` and nothing else (what Llama 2 7
   score matrix is never materialized). Grouped-query attention uses the kernels' native GQA support.
 - Packed rows (several sequences in one row, attention kept inside each) pass `cu_seqlens`, the cumulative
   sequence boundaries as flash-attn's varlen API takes them, plus `position_ids` restarting at each sequence.
-- With native FP8 linears, q/k/v and gate/up each run as one FP8 GEMM over their concatenated weights
-  (`fp8.shared_input_linears`); the parameters stay separate, under the names above.
 - Shapes come from `LlamaShape`; the tiny CPU default and the perf script reuse the same module.
 - The constructor allocates but does not initialize (so it can be built on the meta device and sharded
   first); call `init_weights()` once the parameters live on their device.
@@ -27,7 +25,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.common.backends import importable
-from training.common.fp8 import shared_input_linears
 
 
 @dataclass(frozen=True)
@@ -207,10 +204,9 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
         b, s, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
-        q, k, v = shared_input_linears(x, self.q_proj, self.k_proj, self.v_proj)
-        q = apply_rope(q.view(b, s, -1, self.head_dim), cos, sin)
-        k = apply_rope(k.view(b, s, -1, self.head_dim), cos, sin)
-        v = v.contiguous().view(b, s, -1, self.head_dim)  # a slice of the grouped projection's output
+        q = apply_rope(self.q_proj(x).view(b, s, -1, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(b, s, -1, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim)
         out = attention(q, k, v, self.backend, cu_seqlens, max_seqlen)
         return self.o_proj(out.reshape(b, s, -1))
 
@@ -223,8 +219,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(shape.ffn_hidden_size, shape.hidden_size, bias=False)
 
     def forward(self, x):
-        gate, up = shared_input_linears(x, self.gate_proj, self.up_proj)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Block(nn.Module):
