@@ -1,7 +1,7 @@
 """Llama 3.1 8B training throughput under FSDP2: ours vs Hugging Face, BF16 and FP8, side by side.
 
     torchrun --nproc_per_node=4 perf/bench_llama.py [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
-        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--layers 32]
+        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
     torchrun --nproc_per_node=2 perf/bench_llama.py --tiny        # CPU (gloo) smoke test of this script
 
 Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaForCausalLM built from the same
@@ -157,15 +157,18 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         return torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
 
     def step():
-        batch = next(it)
-        with autocast, fp8.forward_context():
-            loss = loss_fn(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
-        loss.backward()
+        for micro in range(args.accum):  # both models: FSDP2 reduce-scatters after the last micro-batch only
+            batch = next(it)
+            if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
+                model.set_requires_gradient_sync(micro == args.accum - 1)
+            with autocast, fp8.forward_context():
+                loss = loss_fn(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
+            (loss / args.accum).backward()
+            losses.append(loss.detach())
         clip()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         fp8.after_optimizer_step(model)
-        losses.append(loss.detach())
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -186,7 +189,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     )
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     ms = statistics.median(times)
-    tokens_per_gpu = args.mbs * args.seq / ms * 1e3
+    tokens_per_gpu = args.accum * args.mbs * args.seq / ms * 1e3
     result = {
         "ms": ms,
         "spread_ms": [min(times), max(times)],
@@ -230,6 +233,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (128 with --tiny)")
     ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument(
+        "--accum",
+        type=int,
+        default=1,
+        help="micro-batches per optimizer step (default 1: the step after each, as the issue's peer; the "
+        "trainer accumulates GBS / (MBS x data-parallel ranks), 4 for config_H200 on 4 GPUs)",
+    )
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks (the full width) to fit one GPU")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager blocks by default")
     ap.add_argument("--ac", action="store_true", help="activation checkpointing of every block (both models)")
@@ -263,6 +273,7 @@ def main() -> int:
         "versions": versions(),
         "seq": args.seq,
         "mbs": args.mbs,
+        "accum": args.accum,
         "model": "tiny" if args.tiny else "llama3.1-8b",
         "flops_formula": formula,
         "bf16_matmul_tflops": matmul_peak(device),
@@ -286,7 +297,10 @@ def main() -> int:
     if rank == 0:
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "bench_llama.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, FSDP2; {formula}")
+        print(
+            f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, {args.accum} per "
+            f"optimizer step, FSDP2; {formula}"
+        )
         print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision "
               "| vs HF bf16 |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")

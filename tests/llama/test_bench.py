@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 
 
 def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
+    """Two micro-batches per optimizer step: the reduce-scatter after the last only (both models)."""
     cmd = [
         sys.executable,
         "-m",
@@ -28,6 +29,8 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         "--warmup",
         "1",
         "--no-compile",
+        "--accum",
+        "2",
         "--variants",
         "ours-bf16,hf-bf16,ours-fp8,ours-bf16-keep",
     ]
@@ -38,7 +41,9 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
     result = json.loads((tmp_path / "bench_llama.json").read_text())
     ours, hf, keep = (result["runs"][v] for v in ("ours-bf16", "hf-bf16", "ours-bf16-keep"))
     assert (
-        result["world_size"] == 2 and "6 x N x seq + 6 x seq^2 x hidden x layers" in result["flops_formula"]
+        result["world_size"] == 2
+        and result["accum"] == 2
+        and "6 x N x seq + 6 x seq^2 x hidden x layers" in result["flops_formula"]
     )
     for r in (ours, hf, keep):
         assert r["tokens_per_s_per_gpu"] > 0 and r["model_tflops_per_gpu"] > 0
