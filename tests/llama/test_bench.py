@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 
 def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
-    """Two micro-batches per optimizer step: the reduce-scatter after the last only (both models)."""
+    """Both models with two micro-batches per optimizer step (`--accum 2`), recorded in the JSON."""
     cmd = [
         sys.executable,
         "-m",
