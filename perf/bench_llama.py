@@ -10,10 +10,10 @@ both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
 --no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
 compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
-clip_grad_norm_). FP8 is
-torchao float8 (tensorwise, FP8 all-gather) on the blocks' linear layers. A step is forward + backward +
-clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
-max_memory_allocated over ranks. Model FLOPs count (printed with the results):
+clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
+our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.swiglu_mlp` unless `-unfused`). A step is
+forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
+the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
 gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
 from training.common.fp8 import apply_fp8, reset_fp8_state  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
-from training.llama.model import PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
+from training.llama.model import MLP, PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
 
 TINY = LlamaShape(
     num_layers=2,
@@ -107,7 +107,7 @@ def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[floa
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep"}
+    unknown = set(modes) - {"compile", "eager", "keep", "unfused"}
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
@@ -120,6 +120,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         initialize(model, kind, shape, device)
     backend = "native" if precision == "fp8native" else "torchao"
     fp8 = apply_fp8(model, fp8_on, backend, "tensorwise", fsdp=mesh is not None)
+    for module in model.modules():
+        if isinstance(module, MLP):
+            module.fuse_fp8 = "unfused" not in modes
     if args.ac:
         if kind == "ours":
             parallel.apply_activation_checkpointing(model, True)
@@ -226,8 +229,9 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8>[-compile|-eager][-keep], comma-separated (keep: FSDP2 keeps the blocks "
-        "gathered from forward to backward, RESHARD_AFTER_FORWARD=0)",
+        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused], comma-separated (keep: "
+        "FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
+        "fp8native's MLP as three FP8 linears, not `fp8.swiglu_mlp`)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

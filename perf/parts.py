@@ -1,6 +1,6 @@
 """Parts of the training steps on one GPU, each variant against the way the step does it now.
 
-    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast] [fp8-linear]
+    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast] [fp8-linear] [fp8-mlp]
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
 float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
@@ -19,6 +19,10 @@ fp8-linear: one linear of each of BERT-Large's and Llama 3.1 8B's shapes, compil
 `nn.Linear` vs `Fp8Linear` with its casts in PyTorch vs in the Triton kernel; the two FP8 paths' outputs and
 gradients compared, and each one's amax checked (the true maxima after a step, unchanged by a no-grad
 forward).
+fp8-mlp: Llama 3.1 8B's MLP (SwiGLU, 4096 -> 14336 -> 4096) at 8192 tokens, compiled, fwd + bwd: bf16 vs
+native FP8 as three `Fp8Linear`s vs fused (`fp8.swiglu_mlp`: x cast once, SwiGLU and its gradients written
+only in FP8 by the Triton kernels); the fused output and gradients against the three linears', and the
+kernels checked against PyTorch at this shape (`fp8.triton_casts_fault`).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
@@ -271,6 +275,61 @@ def fp8_linear() -> None:
         print(f"  {name}: " + ", ".join(f"{v:.3g}" for v in d))
 
 
+def fp8_mlp() -> None:
+    from training.common import fp8
+    from training.llama.model import MLP
+
+    shape, tokens = LlamaShape(), 8192
+    fault = fp8.triton_casts_fault(DEV, (tokens, shape.ffn_hidden_size))
+    assert not fault, f"the Triton kernels got {fault} wrong"
+    torch.manual_seed(0)
+    bf16 = MLP(shape).to(DEV, BF16)
+    for lin in (bf16.gate_proj, bf16.up_proj, bf16.down_proj):
+        nn.init.normal_(lin.weight, std=0.02)
+    x = torch.randn(tokens, shape.hidden_size, device=DEV, dtype=BF16).requires_grad_()
+    g = torch.randn(tokens, shape.hidden_size, device=DEV, dtype=BF16) * 1e-3
+    results, outputs = [], {}
+    for variant in ("bf16", "fp8, three linears", "fp8, fused"):
+        mlp = bf16
+        if variant != "bf16":
+            with torch.device("meta"):
+                mlp = MLP(shape)
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                setattr(mlp, name, fp8.Fp8Linear.from_linear(getattr(bf16, name)))
+            mlp.fuse_fp8 = variant.endswith("fused")
+        torch._dynamo.reset()
+        run = torch.compile(mlp)
+
+        def step(run=run):
+            x.grad = None
+            for p in bf16.parameters():
+                p.grad = None
+            y = run(x)
+            y.backward(g)
+            return y
+
+        flops = 6 * tokens * shape.hidden_size * shape.ffn_hidden_size * 3
+        timed(results, f"MLP {tokens}x{shape.hidden_size}x{shape.ffn_hidden_size} {variant}", step, flops)
+        if variant != "bf16":  # from the same amax state: the first step casts with scale 1, then the amax
+            fp8.reset_fp8_state(mlp)
+            for _ in range(2):
+                y = step()
+            grads = [y.detach(), x.grad.clone(), *(p.grad.clone() for p in bf16.parameters())]
+            amax = [
+                float(b) for n, b in sorted(mlp.named_buffers()) if n != "up_proj.x_amax"
+            ]  # fused: unused
+            outputs[variant] = grads, amax
+    (unfused, amax), (fused, fused_amax) = outputs.values()
+    table("Llama MLP, compiled, fwd + bwd", results)
+    print(
+        "\nfused vs three linears, relative error (y, dx, d gate, d up, d down): "
+        + ", ".join(
+            f"{float((a.float() - b.float()).norm() / b.float().norm()):.2e}" for a, b in zip(fused, unfused)
+        )
+    )
+    print(f"amax (three linears): {amax}\namax (fused):         {fused_amax}")
+
+
 def main() -> int:
     parts = {
         "llama-optim": llama_optim,
@@ -279,6 +338,7 @@ def main() -> int:
         "bert-gemm": bert_gemm,
         "fp8-cast": fp8_cast,
         "fp8-linear": fp8_linear,
+        "fp8-mlp": fp8_mlp,
     }
     for part in sys.argv[1:] or list(parts):
         parts[part]()

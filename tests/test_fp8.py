@@ -8,6 +8,7 @@ import types
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from training.bert.model import BertForPackedPretraining, BertShape
@@ -100,37 +101,56 @@ def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton casts run on GPUs")
 @pytest.mark.parametrize("shape", [(2048, 1024), (1000, 1000)])
-def test_triton_cast_transpose_is_bit_identical_to_pytorch_cast(shape):
-    """On GPUs: the kernel's FP8 copy, transposed copy and amax equal PyTorch's cast, for bf16 and float32
-    inputs (float32: the weights under autocast; Triton 3.6 got their transposed copies wrong until the
-    kernel re-read them)."""
+def test_triton_kernels_match_pytorch(shape):
+    """On GPUs: the cast kernel's FP8 copy, transposed copy and amax equal PyTorch's cast, for bf16 and
+    float32 inputs (float32: the weights under autocast; Triton 3.6 got their transposed copies wrong until
+    the kernel re-read them); the SwiGLU kernels' within one FP8 code of PyTorch's eager ops."""
     from training.common import fp8
 
     assert fp8.triton_casts_fault(torch.device("cuda"), shape) == ""
 
 
-def fake_kernels(transpose_fault: bool) -> types.SimpleNamespace:
-    """A stand-in for `fp8_kernels` (no Triton here): PyTorch's cast, float32 transposes flipped on demand."""
+def fake_kernels(fault: str = "") -> types.SimpleNamespace:
+    """A stand-in for `fp8_kernels` (no Triton here): PyTorch's casts and SwiGLU, with a `fault` on demand
+    (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
     from training.common import fp8
 
     def cast_transpose(t, scale, amax, dtype, update_amax):
         amax.copy_(t.abs().max())
         y = fp8._cast(t, scale, dtype)
         yt = y.t().contiguous()
-        if transpose_fault and t.dtype == torch.float32:
+        if fault == "transpose" and t.dtype == torch.float32:
             yt = yt.flip(0)
         return y, yt
 
-    return types.SimpleNamespace(cast_transpose=cast_transpose)
+    def swiglu_cast_transpose(g, u, scale, amax, update_amax):
+        h = (g if fault == "swiglu" else F.silu(g)) * u
+        return cast_transpose(h, scale, amax, torch.float8_e4m3fn, update_amax)
+
+    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax):
+        dg, du = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
+        e5m2 = torch.float8_e5m2
+        return (
+            *cast_transpose(dg, g_scale, g_amax, e5m2, True),
+            *cast_transpose(du, u_scale, u_amax, e5m2, True),
+        )
+
+    return types.SimpleNamespace(
+        cast_transpose=cast_transpose,
+        swiglu_cast_transpose=swiglu_cast_transpose,
+        swiglu_backward_cast_transpose=swiglu_backward_cast_transpose,
+    )
 
 
 def test_a_faulty_triton_cast_is_named_and_the_native_linear_falls_back_to_pytorch_casts(monkeypatch):
     from training.common import fp8
 
     cpu = torch.device("cpu")
-    monkeypatch.setattr(fp8, "_kernels", fake_kernels(transpose_fault=False))
+    monkeypatch.setattr(fp8, "_kernels", fake_kernels())
     assert fp8.triton_casts_fault(cpu) == ""
-    monkeypatch.setattr(fp8, "_kernels", fake_kernels(transpose_fault=True))
+    monkeypatch.setattr(fp8, "_kernels", fake_kernels("swiglu"))
+    assert fp8.triton_casts_fault(cpu) == "the FP8 copy of SwiGLU's output"
+    monkeypatch.setattr(fp8, "_kernels", fake_kernels("transpose"))
     fault = fp8.triton_casts_fault(cpu)
     assert fault == "the transposed copy of 512x1024 torch.float32 cast to torch.float8_e4m3fn"
     # on a GPU (pretended): the check runs with the native linear's setup, and a fault means PyTorch's casts

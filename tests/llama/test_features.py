@@ -9,7 +9,7 @@ from torch import nn
 from training.common import fp8 as fp8_module
 from training.common.fp8 import apply_fp8
 from training.llama import parallel
-from training.llama.model import Llama, LlamaShape, compiled_cross_entropy, cross_entropy
+from training.llama.model import MLP, Llama, LlamaShape, compiled_cross_entropy, cross_entropy
 
 SHAPE = LlamaShape(
     num_layers=2,
@@ -73,6 +73,36 @@ def test_fp8_swaps_the_block_linears_only(backend, linear):
     assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == linear
     loss8, grads8 = loss_and_grads(model, fp8)
     assert abs(loss8 - loss) / loss < 0.02 and all(torch.isfinite(g).all() for g in grads8.values())
+
+
+def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
+    """With native FP8 the MLP runs as one function (`fp8.swiglu_mlp`: x cast once, SwiGLU and its
+    gradients written only in FP8): over 3 steps (the first casts with scale 1, the next with the amax
+    recorded), the loss, every gradient and the amax buffers are those of the three `Fp8Linear`s run one
+    by one. Compiled, the fused MLP matches eager within FP8's rounding."""
+    runs = []
+    for fuse in (False, True):
+        model = fresh()
+        apply_fp8(model, True, "native")
+        for m in model.modules():
+            if isinstance(m, MLP):
+                m.fuse_fp8 = fuse
+        steps = [loss_and_grads(model) for _ in range(3)]
+        amax = {
+            n: b.clone() for n, b in model.named_buffers() if "up_proj.x_amax" not in n
+        }  # unused if fused
+        runs.append((steps, amax))
+    (unfused, amax), (fused, fused_amax) = runs
+    assert len(amax) == 2 * 13  # 2 blocks x (7 gradients' + 6 inputs' amax)
+    assert all(torch.equal(fused_amax[n], a) for n, a in amax.items())
+    for (loss, grads), (loss2, grads2) in zip(unfused, fused):
+        assert torch.equal(loss, loss2)
+        assert all(torch.equal(grads2[n], g) for n, g in grads.items())
+    mlp = model.layers[0].mlp  # the fused run's, its amax recorded
+    x = torch.randn(2, 32, SHAPE.hidden_size)
+    with torch.no_grad():  # the compiler keeps silu(g) in float32 where eager rounds it to bf16
+        y, want = torch.compile(mlp)(x), mlp(x)
+    assert float((y - want).norm() / want.norm()) < 0.03
 
 
 def test_fp8_needs_a_backend(monkeypatch):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Shard
 
@@ -108,11 +109,68 @@ def _cast_transpose(t, scale, dtype, amax=None, by_rows=False):
     return t8, t8.t().contiguous()
 
 
+def _cast_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale)."""
+    scale = _scale(_amax(w), E4M3_MAX)
+    return (*_cast_transpose(w, scale, torch.float8_e4m3fn), scale)
+
+
+def _swiglu_cast_transpose(g, u, scale, amax=None):
+    """`_cast_transpose` of silu(g) * u to e4m3, which is never written in bf16 on a GPU (one Triton pass,
+    `fp8_kernels`); elsewhere PyTorch's eager ops."""
+    if _kernels is not None and g.is_cuda:
+        dummy = amax if amax is not None else torch.empty((), device=g.device)
+        return _kernels.swiglu_cast_transpose(g, u, scale, dummy, amax is not None)
+    return _cast_transpose(F.silu(g) * u, scale, torch.float8_e4m3fn, amax, True)
+
+
+def _swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax):
+    """The gradients of g and u, for dh the gradient of silu(g) * u, each `_cast_transpose`d to e5m2 with its
+    amax updated: (dg, dg transposed, du, du transposed). One Triton pass on a GPU; elsewhere what eager
+    autograd computes."""
+    if _kernels is not None and g.is_cuda:
+        return _kernels.swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax)
+    dg, du = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
+    e5m2 = torch.float8_e5m2
+    return (*_cast_transpose(dg, g_scale, e5m2, g_amax), *_cast_transpose(du, u_scale, e5m2, u_amax))
+
+
+def _fp8_codes_close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """FP8 tensors equal but for a few values (under 0.1%) one code apart: what Triton's exp, which is not
+    CUDA's, may change in the SwiGLU kernels."""
+    diff = (got.view(torch.uint8).int() - want.view(torch.uint8).int()).abs()
+    return int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
+
+
+def _swiglu_kernels_fault(device: torch.device, shape) -> str:
+    """What the SwiGLU kernels get wrong against PyTorch's eager ops ("" if nothing): codes within
+    `_fp8_codes_close`, transposed copies exact, amax within bf16's rounding."""
+    gen = torch.Generator(device).manual_seed(1)
+    dh, g, u = (torch.randn(shape, device=device, generator=gen).mul(3).bfloat16() for _ in range(3))
+    scale, amax = torch.tensor(2.0, device=device), [torch.zeros((), device=device) for _ in range(3)]
+    h8, h8t = _kernels.swiglu_cast_transpose(g, u, scale, amax[0], True)
+    dg8, dg8t, du8, du8t = _kernels.swiglu_backward_cast_transpose(dh, g, u, scale, scale, amax[1], amax[2])
+    checks = (
+        ("SwiGLU's output", h8, h8t, amax[0], F.silu(g) * u),
+        ("SwiGLU's gate gradient", dg8, dg8t, amax[1], torch.ops.aten.silu_backward(dh * u, g)),
+        ("SwiGLU's up gradient", du8, du8t, amax[2], dh * F.silu(g)),
+    )
+    for name, y, yt, got_amax, ref in checks:
+        if not _fp8_codes_close(y, _cast(ref, scale, y.dtype)):
+            return f"the FP8 copy of {name}"
+        if not torch.equal(yt.view(torch.uint8), y.t().contiguous().view(torch.uint8)):
+            return f"the transposed copy of {name}"
+        if abs(float(got_amax) - float(ref.abs().max())) > 2**-7 * float(ref.abs().max()):
+            return f"the amax of {name}"
+    return ""
+
+
 def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
     """What the Triton casts get wrong on `device` against PyTorch's cast ("" if nothing): the FP8 copy, the
-    transposed copy and the amax of bf16 and float32 inputs, in both formats, compared byte for byte. Triton
-    3.6 wrote wrong transposed copies of float32 tiles until the kernel worked around it (`perf/RESULTS.md`);
-    other Triton versions and GPUs (ROCm) may have faults of their own."""
+    transposed copy and the amax of bf16 and float32 inputs, in both formats, compared byte for byte; then the
+    SwiGLU kernels (`_swiglu_kernels_fault`). Triton 3.6 wrote wrong transposed copies of float32 tiles until
+    the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs (ROCm) may have faults of
+    their own."""
     gen = torch.Generator(device).manual_seed(0)
     t = torch.randn(shape, device=device, generator=gen) * 3
     scale = torch.tensor(40.0, device=device)
@@ -127,7 +185,7 @@ def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
                 return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
         if float(amax) != float(x.abs().max()):
             return f"the amax of {shape[0]}x{shape[1]} {src}"
-    return ""
+    return _swiglu_kernels_fault(device, shape)
 
 
 def _choose_casts() -> str:
@@ -152,9 +210,9 @@ class _Fp8Matmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b, x_amax, g_amax, update_x_amax):
-        x_scale, w_scale = _scale(x_amax, E4M3_MAX), _scale(_amax(w), E4M3_MAX)
+        x_scale = _scale(x_amax, E4M3_MAX)
         x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_x_amax else None, True)
-        w8, w8t = _cast_transpose(w, w_scale, torch.float8_e4m3fn)
+        w8, w8t, w_scale = _cast_weight(w)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
@@ -175,6 +233,65 @@ class _Fp8Matmul(torch.autograd.Function):
         dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
         db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         return dx, dw, db, None, None, None
+
+
+class _Fp8SwiGLU(torch.autograd.Function):
+    """down(silu(gate(x)) * up(x)), Llama's MLP, its three projections in FP8 as `_Fp8Matmul`'s, with fewer
+    passes over memory: x is cast once for gate and up; SwiGLU's output is written only in FP8, for down
+    (one kernel, not SwiGLU then the cast); in the backward, SwiGLU's input gradients are likewise written
+    only in FP8, for gate's and up's GEMMs. The same numbers as three `Fp8Linear`s (bit for bit in PyTorch;
+    on GPUs up to where Triton's exp differs from CUDA's). Amax buffers: x's and h's (the inputs of gate/up
+    and of down; updated with `update_amax`), and the gradients' of y, g and u (updated by the backward)."""
+
+    @staticmethod
+    def forward(ctx, x, wg, wu, wd, x_amax, h_amax, dy_amax, dg_amax, du_amax, update_amax):
+        x_scale, h_scale = _scale(x_amax, E4M3_MAX), _scale(h_amax, E4M3_MAX)
+        x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_amax else None, True)
+        (wg8, wg8t, g_scale), (wu8, wu8t, u_scale), (wd8, wd8t, d_scale) = map(_cast_weight, (wg, wu, wd))
+        x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
+        g = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
+        u = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), out_dtype=bf16)
+        h8, h8t = _swiglu_cast_transpose(g, u, h_scale, h_amax if update_amax else None)
+        y = torch._scaled_mm(h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), out_dtype=bf16)
+        ctx.save_for_backward(x8t, g, u, h8t, wg8t, wu8t, wd8t, x_scale, h_scale, g_scale, u_scale, d_scale)
+        ctx.g_amax = dy_amax, dg_amax, du_amax  # not saved: see _Fp8Matmul
+        ctx.dtypes = x.dtype, wg.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x8t, g, u, h8t, wg8t, wu8t, wd8t, x_scale, h_scale, g_scale, u_scale, d_scale = ctx.saved_tensors
+        (dy_amax, dg_amax, du_amax), (x_dtype, w_dtype) = ctx.g_amax, ctx.dtypes
+        dy_scale, dg_scale, du_scale = (_scale(a, E5M2_MAX) for a in (dy_amax, dg_amax, du_amax))
+        dy8, dy8t = _cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax)
+        dy_inv, dg_inv, du_inv = dy_scale.reciprocal(), dg_scale.reciprocal(), du_scale.reciprocal()
+        dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
+        dwd = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+        dg8, dg8t, du8, du8t = _swiglu_backward_cast_transpose(dh, g, u, dg_scale, du_scale, dg_amax, du_amax)
+        dx = torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
+        dx = dx + torch._scaled_mm(du8, wu8t.t(), du_inv, u_scale.reciprocal(), out_dtype=x_dtype)
+        x_inv = x_scale.reciprocal()
+        dwg = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
+        dwu = torch._scaled_mm(du8t, x8t.t(), du_inv, x_inv, out_dtype=w_dtype)
+        return dx, dwg, dwu, dwd, None, None, None, None, None, None
+
+
+def fusable_swiglu(gate: nn.Module, up: nn.Module, down: nn.Module) -> bool:
+    """Whether `swiglu_mlp` can run this MLP: native FP8 linears without biases, not tensor-parallel."""
+    return all(
+        isinstance(m, Fp8Linear) and m.bias is None and not isinstance(m.weight, DTensor)
+        for m in (gate, up, down)
+    )
+
+
+def swiglu_mlp(x: torch.Tensor, gate: Fp8Linear, up: Fp8Linear, down: Fp8Linear) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)) through `_Fp8SwiGLU`, with the linears' amax buffers (up's x_amax, the
+    same as gate's, stays unused)."""
+    flat = x.reshape(-1, x.shape[-1])
+    training = down.training and torch.is_grad_enabled()
+    amax = gate.x_amax, down.x_amax, down.g_amax, gate.g_amax, up.g_amax
+    y = _Fp8SwiGLU.apply(flat, gate.weight, up.weight, down.weight, *amax, training)
+    return y.view(*x.shape[:-1], -1)
 
 
 class Fp8Linear(nn.Linear):

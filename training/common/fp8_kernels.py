@@ -6,7 +6,13 @@ installed, used for tensors on a GPU; elsewhere `fp8` casts in PyTorch, with the
 Transformer Engine's cast-transpose does. The FP8 GEMM takes a row-major first and a column-major second
 operand, so each weight-gradient GEMM needs transposed copies of the gradient and of the input; the compiler's
 own fusion of a cast with a transposed write ran at about half of the memory bandwidth on BERT's shapes, and
-its amax was a second pass that recomputed the producer (`perf/RESULTS.md`). Registered as a `triton_op`.
+its amax was a second pass that recomputed the producer (`perf/RESULTS.md`).
+
+`swiglu_cast_transpose` and `swiglu_backward_cast_transpose` fuse Llama's SwiGLU with the casts around it
+(the FP8 MLP, `fp8._Fp8SwiGLU`): forward, h = silu(g) * u written only as FP8 (row-major and transposed) for
+the down projection; backward, SwiGLU's input gradients written only as FP8 for the gate and up projections'
+GEMMs. Their intermediate products are rounded to bf16 where PyTorch's eager SwiGLU rounds them, so they
+differ from it only where Triton's exp differs from CUDA's. All are registered as `triton_op`s.
 """
 
 from __future__ import annotations
@@ -42,6 +48,55 @@ def _cast_transpose_kernel(
         tl.atomic_max(amax_ptr, tl.max(tl.abs(x)))
 
 
+@triton.jit
+def _store_fp8(v, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr):
+    """The float32 tile v (rows rm, columns rn of an M x N matrix) scaled, cast and stored row-major into y
+    and transposed into yt; with AMAX, its max |v| into amax (v is 0 outside the matrix)."""
+    y = tl.clamp(v * tl.load(scale_ptr), -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(yt_ptr + rn[:, None] * M + rm[None, :], tl.trans(y), mask=(rn[:, None] < N) & (rm[None, :] < M))
+    if AMAX:
+        tl.atomic_max(amax_ptr, tl.max(tl.abs(v)))
+
+
+@triton.jit
+def _bf16(v):
+    """v rounded to bf16 and back (where PyTorch's eager bf16 ops round)."""
+    return v.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _swiglu_kernel(
+    g_ptr, u_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr
+):  # fmt: skip
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    h = _bf16(_bf16(g / (1.0 + tl.exp(-g))) * u)  # F.silu(g) * u in bf16
+    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX)
+
+
+@triton.jit
+def _swiglu_backward_kernel(
+    dh_ptr, g_ptr, u_ptr, g_scale_ptr, u_scale_ptr, dg_ptr, dgt_ptr, du_ptr, dut_ptr, g_amax_ptr, u_amax_ptr,
+    M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):  # fmt: skip
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    du = _bf16(dh * _bf16(g / (1.0 + tl.exp(-g))))  # autograd of F.silu(g) * u in bf16: dh * silu(g), then
+    sig = 1.0 / (1.0 + tl.exp(-g))
+    dg = _bf16(_bf16(dh * u) * sig * (1.0 + g * (1.0 - sig)))  # silu_backward(dh * u, g)
+    _store_fp8(dg, g_scale_ptr, dg_ptr, dgt_ptr, g_amax_ptr, rm, rn, M, N, FMAX, True)
+    _store_fp8(du, u_scale_ptr, du_ptr, dut_ptr, u_amax_ptr, rm, rn, M, N, FMAX, True)
+
+
 BLOCK = (64, 64, 4)  # rows, columns, warps per program: `perf/parts.py fp8-cast` times the alternatives
 
 
@@ -54,6 +109,10 @@ def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK) -> None:
     )
 
 
+def _fp8_pair(m: int, n: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty((m, n), dtype=dtype, device=device), torch.empty((n, m), dtype=dtype, device=device)
+
+
 # a triton_op, not an opaque custom op: a compiled model launches the kernel from its own generated code,
 # without a Python dispatch per call (which made BERT's compiled FP8 step wait on the CPU)
 @triton_op("mlperf_fp8::cast_transpose", mutates_args={"amax"})
@@ -62,9 +121,46 @@ def cast_transpose(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     t = t.contiguous()
     m, n = t.shape
-    y = torch.empty((m, n), dtype=dtype, device=t.device)
-    yt = torch.empty((n, m), dtype=dtype, device=t.device)
+    y, yt = _fp8_pair(m, n, dtype, t.device)
     if update_amax:
         amax.zero_()
     launch(t, scale, y, yt, amax, update_amax)
     return y, yt
+
+
+@triton_op("mlperf_fp8::swiglu_cast_transpose", mutates_args={"amax"})
+def swiglu_cast_transpose(
+    g: torch.Tensor, u: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, update_amax: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """silu(g) * u (bf16 matrices) cast to e4m3, row-major and transposed; with `update_amax`, its max |.|
+    into `amax`."""
+    g, u = g.contiguous(), u.contiguous()
+    (m, n), (bm, bn, warps) = g.shape, BLOCK
+    y, yt = _fp8_pair(m, n, torch.float8_e4m3fn, g.device)
+    if update_amax:
+        amax.zero_()
+    wrap_triton(_swiglu_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        g, u, scale, y, yt, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax, BM=bm, BN=bn,
+        num_warps=warps,
+    )  # fmt: skip
+    return y, yt
+
+
+@triton_op("mlperf_fp8::swiglu_backward_cast_transpose", mutates_args={"g_amax", "u_amax"})
+def swiglu_backward_cast_transpose(
+    dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, g_scale: torch.Tensor, u_scale: torch.Tensor,
+    g_amax: torch.Tensor, u_amax: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The gradients of g and u (for dh, the gradient of silu(g) * u) cast to e5m2, each row-major and
+    transposed, their max |.| into `g_amax` and `u_amax`."""
+    dh, g, u = dh.contiguous(), g.contiguous(), u.contiguous()
+    (m, n), (bm, bn, warps) = g.shape, BLOCK
+    dg, dgt = _fp8_pair(m, n, torch.float8_e5m2, g.device)
+    du, dut = _fp8_pair(m, n, torch.float8_e5m2, g.device)
+    g_amax.zero_()
+    u_amax.zero_()
+    wrap_triton(_swiglu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        dh, g, u, g_scale, u_scale, dg, dgt, du, dut, g_amax, u_amax, m, n, FMAX=torch.finfo(dg.dtype).max,
+        BM=bm, BN=bn, num_warps=warps,
+    )  # fmt: skip
+    return dg, dgt, du, dut
