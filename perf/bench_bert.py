@@ -4,7 +4,8 @@
 
 Variants: hf; ours eager, compiled, compiled_cudagraphs, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
-(our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear).
+(our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
+compiled_fp8native_unfused (the same, the FFN as two FP8 linears).
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
 (1-3 sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast.
@@ -106,6 +107,9 @@ def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
         print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
 
 
+OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
+
+
 def bench_ours(
     shape,
     pool,
@@ -119,11 +123,14 @@ def bench_ours(
     compile_mode: str | None = None,
     precision: str = "bf16",
     fp8_backend: str = "auto",
+    fuse_fp8: bool = True,
 ):
     torch.manual_seed(0)
     info = dist.init_distributed()
     model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
     fp8 = apply_fp8(model, precision == "fp8", fp8_backend)
+    for layer in model.layers:
+        layer.fuse_fp8 = fuse_fp8
     optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
     train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
     batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
@@ -247,12 +254,12 @@ def main() -> int:
         elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
             runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup,
                                        args.steps, args.profile, compile_mode="reduce-overhead")  # fmt: skip
-        elif variant in ("eager", "compiled", "compiled_fp8", "compiled_fp8native"):
-            fp8_backend = "native" if variant.endswith("native") else "auto"
+        elif variant in OURS:
             runs[variant] = bench_ours(shape, pool, lens, variant != "eager", args.attention, device,
                                        args.warmup, args.steps, args.profile,
                                        precision="fp8" if "fp8" in variant else "bf16",
-                                       fp8_backend=fp8_backend)  # fmt: skip
+                                       fp8_backend="native" if "native" in variant else "auto",
+                                       fuse_fp8=not variant.endswith("unfused"))  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]

@@ -11,7 +11,7 @@ fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block t
 --no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
 compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
 clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
-our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.swiglu_mlp` unless `-unfused`). A step is
+our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.fused_mlp` unless `-unfused`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
 the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
@@ -231,7 +231,7 @@ def main() -> int:
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
         help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused], comma-separated (keep: "
         "FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
-        "fp8native's MLP as three FP8 linears, not `fp8.swiglu_mlp`)",
+        "fp8native's MLP as three FP8 linears, not `fp8.fused_mlp`)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

@@ -19,10 +19,11 @@ fp8-linear: one linear of each of BERT-Large's and Llama 3.1 8B's shapes, compil
 `nn.Linear` vs `Fp8Linear` with its casts in PyTorch vs in the Triton kernel; the two FP8 paths' outputs and
 gradients compared, and each one's amax checked (the true maxima after a step, unchanged by a no-grad
 forward).
-fp8-mlp: Llama 3.1 8B's MLP (SwiGLU, 4096 -> 14336 -> 4096) at 8192 tokens, compiled, fwd + bwd: bf16 vs
-native FP8 as three `Fp8Linear`s vs fused (`fp8.swiglu_mlp`: x cast once, SwiGLU and its gradients written
-only in FP8 by the Triton kernels); the fused output and gradients against the three linears', and the
-kernels checked against PyTorch at this shape (`fp8.triton_casts_fault`).
+fp8-mlp: Llama 3.1 8B's MLP (SwiGLU, 4096 -> 14336 -> 4096) at 8192 tokens and BERT-Large's FFN (GELU, 1024
+-> 4096 -> 1024, biases) at 48 x 512 tokens, compiled, fwd + bwd: bf16 vs native FP8 linear by linear vs
+fused (`fp8.fused_mlp`: x cast once, the activation and its gradients written only in FP8 by the Triton
+kernels); the fused output and gradients against the unfused ones, and the kernels checked against PyTorch at
+these shapes (`fp8.triton_casts_fault`).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
@@ -275,28 +276,51 @@ def fp8_linear() -> None:
         print(f"  {name}: " + ", ".join(f"{v:.3g}" for v in d))
 
 
-def fp8_mlp() -> None:
-    from training.common import fp8
-    from training.llama.model import MLP
+class Mlp(nn.Module):
+    """An MLP as the models run it: Llama's SwiGLU (`swiglu`: gate, no biases) or BERT's GELU FFN (biases);
+    `fused`: through `fp8.fused_mlp` (native FP8 linears)."""
 
-    shape, tokens = LlamaShape(), 8192
-    fault = fp8.triton_casts_fault(DEV, (tokens, shape.ffn_hidden_size))
+    def __init__(self, hidden: int, ffn: int, swiglu: bool):
+        super().__init__()
+        self.up, self.down = nn.Linear(hidden, ffn, bias=not swiglu), nn.Linear(ffn, hidden, bias=not swiglu)
+        self.gate = nn.Linear(hidden, ffn, bias=False) if swiglu else None
+        self.fused = False
+
+    def forward(self, x):
+        from training.common import fp8
+
+        if self.fused:
+            return fp8.fused_mlp(x, self.up, self.down, self.gate)
+        if self.gate is None:
+            return self.down(F.gelu(self.up(x)))
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def fp8_mlp() -> None:
+    fp8_mlp_case("Llama MLP", 8192, 4096, 14336, swiglu=True)
+    fp8_mlp_case("BERT FFN", 24576, 1024, 4096, swiglu=False)
+
+
+def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) -> None:
+    from training.common import fp8
+
+    fault = fp8.triton_casts_fault(DEV, (tokens, ffn))
     assert not fault, f"the Triton kernels got {fault} wrong"
     torch.manual_seed(0)
-    bf16 = MLP(shape).to(DEV, BF16)
-    for lin in (bf16.gate_proj, bf16.up_proj, bf16.down_proj):
-        nn.init.normal_(lin.weight, std=0.02)
-    x = torch.randn(tokens, shape.hidden_size, device=DEV, dtype=BF16).requires_grad_()
-    g = torch.randn(tokens, shape.hidden_size, device=DEV, dtype=BF16) * 1e-3
+    bf16 = Mlp(hidden, ffn, swiglu).to(DEV, BF16)
+    for p in bf16.parameters():
+        nn.init.normal_(p, std=0.02)
+    x = torch.randn(tokens, hidden, device=DEV, dtype=BF16).requires_grad_()
+    g = torch.randn(tokens, hidden, device=DEV, dtype=BF16) * 1e-3
     results, outputs = [], {}
-    for variant in ("bf16", "fp8, three linears", "fp8, fused"):
+    for variant in ("bf16", "fp8, linear by linear", "fp8, fused"):
         mlp = bf16
         if variant != "bf16":
             with torch.device("meta"):
-                mlp = MLP(shape)
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                setattr(mlp, name, fp8.Fp8Linear.from_linear(getattr(bf16, name)))
-            mlp.fuse_fp8 = variant.endswith("fused")
+                mlp = Mlp(hidden, ffn, swiglu)
+            for part in ("up", "down", "gate") if swiglu else ("up", "down"):
+                setattr(mlp, part, fp8.Fp8Linear.from_linear(getattr(bf16, part)))
+            mlp.fused = variant.endswith("fused")
         torch._dynamo.reset()
         run = torch.compile(mlp)
 
@@ -308,26 +332,26 @@ def fp8_mlp() -> None:
             y.backward(g)
             return y
 
-        flops = 6 * tokens * shape.hidden_size * shape.ffn_hidden_size * 3
-        timed(results, f"MLP {tokens}x{shape.hidden_size}x{shape.ffn_hidden_size} {variant}", step, flops)
+        timed(
+            results,
+            f"{name} {tokens}x{hidden}x{ffn} {variant}",
+            step,
+            6 * tokens * hidden * ffn * (2 + swiglu),
+        )
         if variant != "bf16":  # from the same amax state: the first step casts with scale 1, then the amax
             fp8.reset_fp8_state(mlp)
             for _ in range(2):
                 y = step()
             grads = [y.detach(), x.grad.clone(), *(p.grad.clone() for p in bf16.parameters())]
-            amax = [
-                float(b) for n, b in sorted(mlp.named_buffers()) if n != "up_proj.x_amax"
-            ]  # fused: unused
+            # gate's input amax is up's (unused when fused)
+            amax = [float(b) for n, b in sorted(mlp.named_buffers()) if n != "gate.x_amax"]
             outputs[variant] = grads, amax
     (unfused, amax), (fused, fused_amax) = outputs.values()
-    table("Llama MLP, compiled, fwd + bwd", results)
-    print(
-        "\nfused vs three linears, relative error (y, dx, d gate, d up, d down): "
-        + ", ".join(
-            f"{float((a.float() - b.float()).norm() / b.float().norm()):.2e}" for a, b in zip(fused, unfused)
-        )
-    )
-    print(f"amax (three linears): {amax}\namax (fused):         {fused_amax}")
+    table(f"{name}, compiled, fwd + bwd", results)
+    errors = [float((a.float() - b.float()).norm() / b.float().norm()) for a, b in zip(fused, unfused)]
+    print("fused vs linear by linear, relative error (y, dx, parameter gradients): " + ", ".join(
+        f"{e:.2e}" for e in errors))  # fmt: skip
+    print(f"amax (linear by linear): {amax}\namax (fused):            {fused_amax}")
 
 
 def main() -> int:

@@ -88,6 +88,47 @@ def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
         torch.testing.assert_close(lin.g_amax, g.to(torch.bfloat16).abs().amax().float())
 
 
+@pytest.mark.parametrize("kind", ["swiglu", "gelu"])
+def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
+    """`fp8.fused_mlp` (x cast once, the activation and its gradients written only in FP8; on CPU through
+    PyTorch's eager ops) against the same `Fp8Linear`s run one after another, Llama's SwiGLU (no biases) and
+    BERT's GELU FFN (biases, float32 input and weights under bf16 autocast), over 3 steps from the same amax
+    state: the same output, input and parameter gradients and amax buffers, bit for bit."""
+    from training.common import fp8
+
+    torch.manual_seed(0)
+    bias, names = kind == "gelu", ("up", "down", "gate") if kind == "swiglu" else ("up", "down")
+    shapes = {"up": (64, 96), "gate": (64, 96), "down": (96, 64)}
+    base = {n: nn.Linear(*shapes[n], bias=bias) for n in names}
+    runs = []
+    for fused in (False, True):
+        lin = {n: fp8.Fp8Linear.from_linear(m) for n, m in base.items()}
+        results = []
+        for step in range(3):
+            x = (torch.randn(4, 8, 64, generator=torch.Generator().manual_seed(step)) * 3).requires_grad_()
+            for m in base.values():
+                m.zero_grad()
+            with torch.autocast("cpu", torch.bfloat16):
+                if fused:
+                    y = fp8.fused_mlp(x, lin["up"], lin["down"], lin.get("gate"))
+                elif kind == "swiglu":
+                    y = lin["down"](F.silu(lin["gate"](x)) * lin["up"](x))
+                else:
+                    y = lin["down"](F.gelu(lin["up"](x)))
+            y.backward(
+                torch.randn(y.shape, generator=torch.Generator().manual_seed(9 + step)).to(y.dtype) / 1e3
+            )
+            results.append(
+                [y.detach(), x.grad] + [p.grad.clone() for m in base.values() for p in m.parameters()]
+            )
+        amax = [b.clone() for n, m in lin.items() for b in (m.x_amax, m.g_amax)]
+        runs.append((results, amax[:-2] + amax[-1:] if kind == "swiglu" else amax))  # gate's x_amax: unused
+    assert fp8.fusable_mlp(*lin.values())
+    (unfused, amax), (fused, fused_amax) = runs
+    for got, want in zip(fused + [fused_amax], unfused + [amax]):
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
     """MI300X / MI325X (gfx942) multiply only the FNUZ FP8 formats; the native linear uses the OCP ones."""
     from training.common import fp8
@@ -111,8 +152,8 @@ def test_triton_kernels_match_pytorch(shape):
 
 
 def fake_kernels(fault: str = "") -> types.SimpleNamespace:
-    """A stand-in for `fp8_kernels` (no Triton here): PyTorch's casts and SwiGLU, with a `fault` on demand
-    (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
+    """A stand-in for `fp8_kernels` (no Triton here): PyTorch's casts, SwiGLU and GELU, with a `fault` on
+    demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
     from training.common import fp8
 
     def cast_transpose(t, scale, amax, dtype, update_amax):
@@ -135,10 +176,19 @@ def fake_kernels(fault: str = "") -> types.SimpleNamespace:
             *cast_transpose(du, u_scale, u_amax, e5m2, True),
         )
 
+    def gelu_cast_transpose(a, scale, amax, update_amax):
+        return cast_transpose(F.gelu(a), scale, amax, torch.float8_e4m3fn, update_amax)
+
+    def gelu_backward_cast_transpose(dh, a, scale, amax):
+        da = torch.ops.aten.gelu_backward(dh, a)
+        return (*cast_transpose(da, scale, amax, torch.float8_e5m2, True), da.sum(0, dtype=torch.float32))
+
     return types.SimpleNamespace(
         cast_transpose=cast_transpose,
         swiglu_cast_transpose=swiglu_cast_transpose,
         swiglu_backward_cast_transpose=swiglu_backward_cast_transpose,
+        gelu_cast_transpose=gelu_cast_transpose,
+        gelu_backward_cast_transpose=gelu_backward_cast_transpose,
     )
 
 

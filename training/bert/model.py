@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.bert import attention
+from training.common import fp8
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Layer(nn.Module):
         self.ffn_out = nn.Linear(s.intermediate_size, h)
         self.ffn_norm = nn.LayerNorm(h, eps=s.layer_norm_eps)
         self.dropout = nn.Dropout(s.hidden_dropout_prob)
+        self.fuse_fp8 = True  # native FP8 linears: the FFN in one FP8 function (`fp8.fused_mlp`)
 
     def forward(self, x: torch.Tensor, b: Batch) -> torch.Tensor:
         B, L, H = x.shape
@@ -112,7 +114,10 @@ class Layer(nn.Module):
             self.attn_impl, q, k, v, b, dropout_p=self.attn_dropout if self.training else 0.0
         )
         x = self.attn_norm(x + self.dropout(self.attn_out(ctx.reshape(B, L, H))))
-        y = self.ffn_out(F.gelu(self.ffn_in(x)))
+        if self.fuse_fp8 and fp8.fusable_mlp(self.ffn_in, self.ffn_out):
+            y = fp8.fused_mlp(x, self.ffn_in, self.ffn_out)
+        else:
+            y = self.ffn_out(F.gelu(self.ffn_in(x)))
         return self.ffn_norm(x + self.dropout(y))
 
 

@@ -52,6 +52,8 @@ def main() -> int:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
     fp8 = apply_fp8(model, precision == "fp8", cfg.fp8_backend)
+    if fp8.backend == "native":  # each layer's FFN runs as one function (Layer.forward)
+        fp8.description += ", FFNs fused (fp8.fused_mlp)"
     chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,

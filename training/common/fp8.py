@@ -115,24 +115,39 @@ def _cast_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return (*_cast_transpose(w, scale, torch.float8_e4m3fn), scale)
 
 
-def _swiglu_cast_transpose(g, u, scale, amax=None):
-    """`_cast_transpose` of silu(g) * u to e4m3, which is never written in bf16 on a GPU (one Triton pass,
-    `fp8_kernels`); elsewhere PyTorch's eager ops."""
-    if _kernels is not None and g.is_cuda:
-        dummy = amax if amax is not None else torch.empty((), device=g.device)
-        return _kernels.swiglu_cast_transpose(g, u, scale, dummy, amax is not None)
-    return _cast_transpose(F.silu(g) * u, scale, torch.float8_e4m3fn, amax, True)
+def _act_cast_transpose(up, gate, scale, amax=None):
+    """`_cast_transpose` to e4m3 of the MLP's activation: silu(gate) * up (SwiGLU) or, without gate, gelu(up);
+    on a GPU one Triton pass that never writes it in bf16 (`fp8_kernels`), elsewhere PyTorch's eager ops."""
+    if _kernels is not None and up.is_cuda:
+        dummy, update = (amax, True) if amax is not None else (torch.empty((), device=up.device), False)
+        if gate is None:
+            return _kernels.gelu_cast_transpose(up, scale, dummy, update)
+        return _kernels.swiglu_cast_transpose(gate, up, scale, dummy, update)
+    h = F.gelu(up) if gate is None else F.silu(gate) * up
+    return _cast_transpose(h, scale, torch.float8_e4m3fn, amax, True)
 
 
-def _swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax):
-    """The gradients of g and u, for dh the gradient of silu(g) * u, each `_cast_transpose`d to e5m2 with its
-    amax updated: (dg, dg transposed, du, du transposed). One Triton pass on a GPU; elsewhere what eager
-    autograd computes."""
-    if _kernels is not None and g.is_cuda:
-        return _kernels.swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax)
-    dg, du = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
+def _act_backward_cast_transpose(dh, up, gate, up_scale, gate_scale, up_amax, gate_amax):
+    """The gradients of the activation's inputs, for dh the gradient of its output, each `_cast_transpose`d to
+    e5m2 with its amax updated: SwiGLU (dup, dup transposed, dgate, dgate transposed); GELU (dup, dup
+    transposed, the column sums of dup in float32: the up projection's bias gradient). One Triton pass on a
+    GPU; elsewhere what eager autograd computes."""
     e5m2 = torch.float8_e5m2
-    return (*_cast_transpose(dg, g_scale, e5m2, g_amax), *_cast_transpose(du, u_scale, e5m2, u_amax))
+    if gate is None:
+        if _kernels is not None and up.is_cuda:
+            return _kernels.gelu_backward_cast_transpose(dh, up, up_scale, up_amax)
+        dup = torch.ops.aten.gelu_backward(dh, up)
+        return (*_cast_transpose(dup, up_scale, e5m2, up_amax), dup.sum(0, dtype=torch.float32))
+    if _kernels is not None and up.is_cuda:
+        dg, dgt, du, dut = _kernels.swiglu_backward_cast_transpose(
+            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax
+        )
+        return du, dut, dg, dgt
+    dgate, dup = torch.ops.aten.silu_backward(dh * up, gate), dh * F.silu(gate)
+    return (
+        *_cast_transpose(dup, up_scale, e5m2, up_amax),
+        *_cast_transpose(dgate, gate_scale, e5m2, gate_amax),
+    )
 
 
 def _fp8_codes_close(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -142,18 +157,23 @@ def _fp8_codes_close(got: torch.Tensor, want: torch.Tensor) -> bool:
     return int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
 
 
-def _swiglu_kernels_fault(device: torch.device, shape) -> str:
-    """What the SwiGLU kernels get wrong against PyTorch's eager ops ("" if nothing): codes within
-    `_fp8_codes_close`, transposed copies exact, amax within bf16's rounding."""
+def _mlp_kernels_fault(device: torch.device, shape) -> str:
+    """What the activation kernels get wrong against PyTorch's eager ops ("" if nothing): FP8 codes within
+    `_fp8_codes_close`, transposed copies exact, amax and GELU's column sums within bf16's rounding."""
     gen = torch.Generator(device).manual_seed(1)
     dh, g, u = (torch.randn(shape, device=device, generator=gen).mul(3).bfloat16() for _ in range(3))
-    scale, amax = torch.tensor(2.0, device=device), [torch.zeros((), device=device) for _ in range(3)]
+    scale, amax = torch.tensor(2.0, device=device), [torch.zeros((), device=device) for _ in range(5)]
     h8, h8t = _kernels.swiglu_cast_transpose(g, u, scale, amax[0], True)
     dg8, dg8t, du8, du8t = _kernels.swiglu_backward_cast_transpose(dh, g, u, scale, scale, amax[1], amax[2])
+    gelu8, gelu8t = _kernels.gelu_cast_transpose(u, scale, amax[3], True)
+    da8, da8t, colsum = _kernels.gelu_backward_cast_transpose(dh, u, scale, amax[4])
+    da = torch.ops.aten.gelu_backward(dh, u)
     checks = (
         ("SwiGLU's output", h8, h8t, amax[0], F.silu(g) * u),
         ("SwiGLU's gate gradient", dg8, dg8t, amax[1], torch.ops.aten.silu_backward(dh * u, g)),
         ("SwiGLU's up gradient", du8, du8t, amax[2], dh * F.silu(g)),
+        ("GELU's output", gelu8, gelu8t, amax[3], F.gelu(u)),
+        ("GELU's gradient", da8, da8t, amax[4], da),
     )
     for name, y, yt, got_amax, ref in checks:
         if not _fp8_codes_close(y, _cast(ref, scale, y.dtype)):
@@ -162,15 +182,18 @@ def _swiglu_kernels_fault(device: torch.device, shape) -> str:
             return f"the transposed copy of {name}"
         if abs(float(got_amax) - float(ref.abs().max())) > 2**-7 * float(ref.abs().max()):
             return f"the amax of {name}"
+    want = da.sum(0, dtype=torch.float32)
+    if float((colsum - want).abs().max()) > 2**-7 * float(da.float().abs().sum(0).max()):
+        return "the column sums of GELU's gradient"
     return ""
 
 
 def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
     """What the Triton casts get wrong on `device` against PyTorch's cast ("" if nothing): the FP8 copy, the
     transposed copy and the amax of bf16 and float32 inputs, in both formats, compared byte for byte; then the
-    SwiGLU kernels (`_swiglu_kernels_fault`). Triton 3.6 wrote wrong transposed copies of float32 tiles until
-    the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs (ROCm) may have faults of
-    their own."""
+    MLP's activation kernels (`_mlp_kernels_fault`). Triton 3.6 wrote wrong transposed copies of float32 tiles
+    until the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs (ROCm) may have
+    faults of their own."""
     gen = torch.Generator(device).manual_seed(0)
     t = torch.randn(shape, device=device, generator=gen) * 3
     scale = torch.tensor(40.0, device=device)
@@ -185,7 +208,7 @@ def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
                 return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
         if float(amax) != float(x.abs().max()):
             return f"the amax of {shape[0]}x{shape[1]} {src}"
-    return _swiglu_kernels_fault(device, shape)
+    return _mlp_kernels_fault(device, shape)
 
 
 def _choose_casts() -> str:
@@ -235,62 +258,87 @@ class _Fp8Matmul(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-class _Fp8SwiGLU(torch.autograd.Function):
-    """down(silu(gate(x)) * up(x)), Llama's MLP, its three projections in FP8 as `_Fp8Matmul`'s, with fewer
-    passes over memory: x is cast once for gate and up; SwiGLU's output is written only in FP8, for down
-    (one kernel, not SwiGLU then the cast); in the backward, SwiGLU's input gradients are likewise written
-    only in FP8, for gate's and up's GEMMs. The same numbers as three `Fp8Linear`s (bit for bit in PyTorch;
-    on GPUs up to where Triton's exp differs from CUDA's). Amax buffers: x's and h's (the inputs of gate/up
-    and of down; updated with `update_amax`), and the gradients' of y, g and u (updated by the backward)."""
+class _Fp8MLP(torch.autograd.Function):
+    """An MLP with its projections in FP8 as `_Fp8Matmul`'s: down(silu(gate(x)) * up(x)) (Llama's SwiGLU, no
+    biases) or, without gate, down(gelu(up(x))) (BERT's FFN, biases in the GEMMs' epilogues), with fewer
+    passes over memory than one `Fp8Linear` after another. x is cast once for gate and up. The activation's
+    output is written only in FP8, for down (one kernel, not the activation then the cast); in the backward,
+    its input gradients likewise, for the up projections' GEMMs (with GELU, the up bias's gradient summed in
+    the same pass). The same numbers as the `Fp8Linear`s (bit for bit in PyTorch; on GPUs up to where
+    Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
+    updated with `update_amax`), and the gradients' of y, up and gate (updated by the backward)."""
 
     @staticmethod
-    def forward(ctx, x, wg, wu, wd, x_amax, h_amax, dy_amax, dg_amax, du_amax, update_amax):
+    def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, h_amax, dy_amax, dup_amax, dgate_amax,
+                update_amax):  # fmt: skip
         x_scale, h_scale = _scale(x_amax, E4M3_MAX), _scale(h_amax, E4M3_MAX)
         x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_amax else None, True)
-        (wg8, wg8t, g_scale), (wu8, wu8t, u_scale), (wd8, wd8t, d_scale) = map(_cast_weight, (wg, wu, wd))
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
-        g = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
-        u = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), out_dtype=bf16)
-        h8, h8t = _swiglu_cast_transpose(g, u, h_scale, h_amax if update_amax else None)
-        y = torch._scaled_mm(h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), out_dtype=bf16)
-        ctx.save_for_backward(x8t, g, u, h8t, wg8t, wu8t, wd8t, x_scale, h_scale, g_scale, u_scale, d_scale)
-        ctx.g_amax = dy_amax, dg_amax, du_amax  # not saved: see _Fp8Matmul
-        ctx.dtypes = x.dtype, wg.dtype
+        (wu8, wu8t, u_scale), (wd8, wd8t, d_scale) = _cast_weight(w_up), _cast_weight(w_down)
+        bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
+        up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
+        gate = wg8t = g_scale = None
+        if w_gate is not None:
+            wg8, wg8t, g_scale = _cast_weight(w_gate)
+            gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
+        h8, h8t = _act_cast_transpose(up, gate, h_scale, h_amax if update_amax else None)
+        y = torch._scaled_mm(
+            h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
+        )
+        ctx.save_for_backward(
+            x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale
+        )
+        ctx.g_amax = dy_amax, dup_amax, dgate_amax  # not saved: see _Fp8Matmul
+        ctx.dtypes = (
+            x.dtype,
+            w_up.dtype,
+            None if b_up is None else b_up.dtype,
+            None if b_down is None else b_down.dtype,
+        )
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x8t, g, u, h8t, wg8t, wu8t, wd8t, x_scale, h_scale, g_scale, u_scale, d_scale = ctx.saved_tensors
-        (dy_amax, dg_amax, du_amax), (x_dtype, w_dtype) = ctx.g_amax, ctx.dtypes
-        dy_scale, dg_scale, du_scale = (_scale(a, E5M2_MAX) for a in (dy_amax, dg_amax, du_amax))
+        x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale = ctx.saved_tensors
+        (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
+        dy_scale, dup_scale = _scale(dy_amax, E5M2_MAX), _scale(dup_amax, E5M2_MAX)
+        dgate_scale = None if gate is None else _scale(dgate_amax, E5M2_MAX)
         dy8, dy8t = _cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax)
-        dy_inv, dg_inv, du_inv = dy_scale.reciprocal(), dg_scale.reciprocal(), du_scale.reciprocal()
+        dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
         dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
-        dwd = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
-        dg8, dg8t, du8, du8t = _swiglu_backward_cast_transpose(dh, g, u, dg_scale, du_scale, dg_amax, du_amax)
-        dx = torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
-        dx = dx + torch._scaled_mm(du8, wu8t.t(), du_inv, u_scale.reciprocal(), out_dtype=x_dtype)
-        x_inv = x_scale.reciprocal()
-        dwg = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
-        dwu = torch._scaled_mm(du8t, x8t.t(), du_inv, x_inv, out_dtype=w_dtype)
-        return dx, dwg, dwu, dwd, None, None, None, None, None, None
+        dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+        db_down = None if bd_dtype is None else dy.sum(0, dtype=torch.float32).to(bd_dtype)
+        dup8, dup8t, *rest = _act_backward_cast_transpose(
+            dh, up, gate, dup_scale, dgate_scale, dup_amax, dgate_amax
+        )
+        dup_inv = dup_scale.reciprocal()
+        dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
+        dw_up = torch._scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
+        db_up = dw_gate = None
+        if gate is None:
+            db_up = None if bu_dtype is None else rest[0].to(bu_dtype)
+        else:
+            (dg8, dg8t), dg_inv = rest, dgate_scale.reciprocal()
+            dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
+            dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, None, None, None, None, None, None
 
 
-def fusable_swiglu(gate: nn.Module, up: nn.Module, down: nn.Module) -> bool:
-    """Whether `swiglu_mlp` can run this MLP: native FP8 linears without biases, not tensor-parallel."""
+def fusable_mlp(*linears: nn.Module | None) -> bool:
+    """Whether `fused_mlp` can run an MLP of these linears: native FP8 ones, not tensor-parallel."""
     return all(
-        isinstance(m, Fp8Linear) and m.bias is None and not isinstance(m.weight, DTensor)
-        for m in (gate, up, down)
+        isinstance(m, Fp8Linear) and not isinstance(m.weight, DTensor) for m in linears if m is not None
     )
 
 
-def swiglu_mlp(x: torch.Tensor, gate: Fp8Linear, up: Fp8Linear, down: Fp8Linear) -> torch.Tensor:
-    """down(silu(gate(x)) * up(x)) through `_Fp8SwiGLU`, with the linears' amax buffers (up's x_amax, the
-    same as gate's, stays unused)."""
+def fused_mlp(x: torch.Tensor, up: Fp8Linear, down: Fp8Linear, gate: Fp8Linear | None = None) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)), or without gate down(gelu(up(x))), through `_Fp8MLP` with the linears'
+    parameters and amax buffers (gate's x_amax, the same as up's, stays unused)."""
     flat = x.reshape(-1, x.shape[-1])
     training = down.training and torch.is_grad_enabled()
-    amax = gate.x_amax, down.x_amax, down.g_amax, gate.g_amax, up.g_amax
-    y = _Fp8SwiGLU.apply(flat, gate.weight, up.weight, down.weight, *amax, training)
+    w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
+    y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax, down.x_amax,
+                      down.g_amax, up.g_amax, dgate_amax, training)  # fmt: skip
     return y.view(*x.shape[:-1], -1)
 
 

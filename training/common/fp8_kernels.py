@@ -8,11 +8,12 @@ operand, so each weight-gradient GEMM needs transposed copies of the gradient an
 own fusion of a cast with a transposed write ran at about half of the memory bandwidth on BERT's shapes, and
 its amax was a second pass that recomputed the producer (`perf/RESULTS.md`).
 
-`swiglu_cast_transpose` and `swiglu_backward_cast_transpose` fuse Llama's SwiGLU with the casts around it
-(the FP8 MLP, `fp8._Fp8SwiGLU`): forward, h = silu(g) * u written only as FP8 (row-major and transposed) for
-the down projection; backward, SwiGLU's input gradients written only as FP8 for the gate and up projections'
-GEMMs. Their intermediate products are rounded to bf16 where PyTorch's eager SwiGLU rounds them, so they
-differ from it only where Triton's exp differs from CUDA's. All are registered as `triton_op`s.
+The others fuse the FP8 MLP's activation (`fp8._Fp8MLP`: Llama's SwiGLU, BERT's GELU) with the casts around
+it: forward, the activation's output written only as FP8 (row-major and transposed) for the down projection;
+backward, the activation's input gradients written only as FP8 for the up projections' GEMMs (and for GELU,
+the up projection's bias gradient summed by column blocks). Intermediate products are rounded to bf16 where
+PyTorch's eager ops round them, so they differ from those only where Triton's exp and erf differ from CUDA's.
+All are registered as `triton_op`s.
 """
 
 from __future__ import annotations
@@ -97,6 +98,36 @@ def _swiglu_backward_kernel(
     _store_fp8(du, u_scale_ptr, du_ptr, dut_ptr, u_amax_ptr, rm, rn, M, N, FMAX, True)
 
 
+@triton.jit
+def _gelu_kernel(
+    a_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr
+):  # fmt: skip
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    h = _bf16(a * 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476)))  # F.gelu(a) in bf16
+    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX)
+
+
+@triton.jit
+def _gelu_backward_kernel(
+    dh_ptr, a_ptr, scale_ptr, da_ptr, dat_ptr, amax_ptr, colsum_ptr, M, N, FMAX: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr
+):  # fmt: skip
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    cdf = 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476))
+    pdf = tl.exp(-0.5 * a * a) * 0.3989422804014327  # 1 / sqrt(2 pi)
+    da = _bf16(dh * (cdf + a * pdf))  # gelu_backward(dh, a) in bf16
+    _store_fp8(da, scale_ptr, da_ptr, dat_ptr, amax_ptr, rm, rn, M, N, FMAX, True)
+    tl.store(colsum_ptr + tl.program_id(0) * N + rn, tl.sum(da, axis=0), mask=rn < N)
+
+
 BLOCK = (64, 64, 4)  # rows, columns, warps per program: `perf/parts.py fp8-cast` times the alternatives
 
 
@@ -164,3 +195,39 @@ def swiglu_backward_cast_transpose(
         BM=bm, BN=bn, num_warps=warps,
     )  # fmt: skip
     return dg, dgt, du, dut
+
+
+@triton_op("mlperf_fp8::gelu_cast_transpose", mutates_args={"amax"})
+def gelu_cast_transpose(
+    a: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, update_amax: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """gelu(a) (a bf16 matrix; erf form) cast to e4m3, row-major and transposed; with `update_amax`, its
+    max |.| into `amax`."""
+    a = a.contiguous()
+    (m, n), (bm, bn, warps) = a.shape, BLOCK
+    y, yt = _fp8_pair(m, n, torch.float8_e4m3fn, a.device)
+    if update_amax:
+        amax.zero_()
+    wrap_triton(_gelu_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        a, scale, y, yt, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax, BM=bm, BN=bn,
+        num_warps=warps,
+    )  # fmt: skip
+    return y, yt
+
+
+@triton_op("mlperf_fp8::gelu_backward_cast_transpose", mutates_args={"amax"})
+def gelu_backward_cast_transpose(
+    dh: torch.Tensor, a: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradient of a (for dh, the gradient of gelu(a)) cast to e5m2, row-major and transposed, its max
+    |.| into `amax`, and its column sums (float32; the bias gradient of the projection producing a)."""
+    dh, a = dh.contiguous(), a.contiguous()
+    (m, n), (bm, bn, warps) = a.shape, BLOCK
+    da, dat = _fp8_pair(m, n, torch.float8_e5m2, a.device)
+    colsum = torch.empty((triton.cdiv(m, bm), n), dtype=torch.float32, device=a.device)
+    amax.zero_()
+    wrap_triton(_gelu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        dh, a, scale, da, dat, amax, colsum, m, n, FMAX=torch.finfo(da.dtype).max, BM=bm, BN=bn,
+        num_warps=warps,
+    )  # fmt: skip
+    return da, dat, colsum.sum(0)

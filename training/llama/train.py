@@ -75,7 +75,7 @@ def main() -> int:
     pipeline = parallel.apply_pp(model, mesh)
     fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp * par.cp > 1)
     if fp8.backend == "native" and par.tp == 1:  # each MLP's three FP8 linears run as one function
-        fp8.description += ", MLPs fused (fp8.swiglu_mlp)"
+        fp8.description += ", MLPs fused (fp8.fused_mlp)"
     chosen = {
         "platform": backends.platform_name(),
         "attention": model.layers[0].self_attn.backend,
