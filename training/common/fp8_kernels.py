@@ -61,6 +61,14 @@ def _store_fp8(v, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX: tl.con
 
 
 @triton.jit
+def _tile(M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """This program's BM x BN tile of an M x N row-major matrix: rows, columns, offsets, in-bounds mask."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    return rm, rn, rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+
+
+@triton.jit
 def _bf16(v):
     """v rounded to bf16 and back (where PyTorch's eager bf16 ops round)."""
     return v.to(tl.bfloat16).to(tl.float32)
@@ -71,9 +79,7 @@ def _swiglu_kernel(
     g_ptr, u_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr
 ):  # fmt: skip
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    rm, rn, offs, mask = _tile(M, N, BM, BN)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = _bf16(_bf16(g / (1.0 + tl.exp(-g))) * u)  # F.silu(g) * u in bf16
@@ -85,15 +91,14 @@ def _swiglu_backward_kernel(
     dh_ptr, g_ptr, u_ptr, g_scale_ptr, u_scale_ptr, dg_ptr, dgt_ptr, du_ptr, dut_ptr, g_amax_ptr, u_amax_ptr,
     M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
 ):  # fmt: skip
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    du = _bf16(dh * _bf16(g / (1.0 + tl.exp(-g))))  # autograd of F.silu(g) * u in bf16: dh * silu(g), then
+    # eager autograd of F.silu(g) * u in bf16: du = dh * silu(g), dg = silu_backward(dh * u, g)
+    du = _bf16(dh * _bf16(g / (1.0 + tl.exp(-g))))
     sig = 1.0 / (1.0 + tl.exp(-g))
-    dg = _bf16(_bf16(dh * u) * sig * (1.0 + g * (1.0 - sig)))  # silu_backward(dh * u, g)
+    dg = _bf16(_bf16(dh * u) * sig * (1.0 + g * (1.0 - sig)))
     _store_fp8(dg, g_scale_ptr, dg_ptr, dgt_ptr, g_amax_ptr, rm, rn, M, N, FMAX, True)
     _store_fp8(du, u_scale_ptr, du_ptr, dut_ptr, u_amax_ptr, rm, rn, M, N, FMAX, True)
 
@@ -103,9 +108,7 @@ def _gelu_kernel(
     a_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr, BM: tl.constexpr,
     BN: tl.constexpr
 ):  # fmt: skip
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    rm, rn, offs, mask = _tile(M, N, BM, BN)
     a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = _bf16(a * 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476)))  # F.gelu(a) in bf16
     _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX)
@@ -116,9 +119,7 @@ def _gelu_backward_kernel(
     dh_ptr, a_ptr, scale_ptr, da_ptr, dat_ptr, amax_ptr, colsum_ptr, M, N, FMAX: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr
 ):  # fmt: skip
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    offs, mask = rm[:, None] * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+    rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     cdf = 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476))
