@@ -117,6 +117,19 @@ def bert() -> None:
         useful,
     )
 
+    def flash_varlen(p, cu=padded_cu):
+        return torch.ops.aten._flash_attention_forward(*flat, cu, cu, SEQ, SEQ, p, False, False)[0]
+
+    def efficient_varlen(p, cu=padded_cu):
+        return torch.ops.aten._efficient_attention_forward(
+            *(t.unsqueeze(0) for t in flat), None, cu, cu, SEQ, SEQ, p, 0, True
+        )[0].squeeze(0)
+
+    for p in (0.1, 0.0):
+        timed(results, f"aten flash varlen dropout {p}", step_of(lambda p=p: flash_varlen(p), gflat), useful)
+        timed(results, f"aten efficient varlen dropout {p}",
+              step_of(lambda p=p: efficient_varlen(p), gflat), useful)  # fmt: skip
+
     real = b.seq_ids.view(-1) > 0  # tokens of real sequences (padding outputs are never read)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
@@ -134,6 +147,17 @@ def bert() -> None:
         for name, cu in (("", b.cu_seqlens), (" (cu padded)", padded_cu)):
             print(f"cudnn ragged{name} vs fp32 math, no dropout: relative error "
                   f"{rel(ragged(flat, gflat, cu, 0.0)[0]):.2e}")  # fmt: skip
+        print(f"aten flash varlen vs fp32 math, no dropout: relative error {rel(flash_varlen(0.0)):.2e}")
+        print(f"aten efficient varlen vs fp32 math: relative error {rel(efficient_varlen(0.0)):.2e}")
+    for name, fn in (("flash", flash_varlen), ("efficient", efficient_varlen)):
+        for t in flat:
+            t.grad = None
+        out = fn(0.1)
+        out.backward(gflat)
+        lhs = float((out.detach().float() * gflat.float()).sum())
+        rhs = float((flat[2].float() * flat[2].grad.float()).sum())
+        print(f"aten {name} varlen, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
+              f"(relative {abs(lhs - rhs) / abs(rhs):.1e})")  # fmt: skip
     out, dq, dk, dv = ragged(flat, gflat, padded_cu, 0.1)
     lhs, rhs = float((out.float() * gflat.float()).sum()), float((flat[2].float() * dv.float()).sum())
     print(

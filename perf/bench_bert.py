@@ -5,7 +5,8 @@
 Variants: hf; ours eager, compiled, compiled_cudagraphs, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
 (our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
-compiled_fp8native_unfused (the same, the FFN as two FP8 linears).
+compiled_fp8native_unfused (the same, the FFN as two FP8 linears). `variant:attention` runs a variant of ours
+with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
 (1-3 sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast.
@@ -151,7 +152,7 @@ def bench_ours(
             "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
             "first_loss": float(losses[0]), "spread_ms": [min(times), max(times)],
-            "fp8": fp8.description}  # fmt: skip
+            "fp8": fp8.description, "attention": model.layers[0].attn_impl}  # fmt: skip
 
 
 def bench_hf(shape, device, warmup, steps, rng):
@@ -193,15 +194,18 @@ def bench_hf(shape, device, warmup, steps, rng):
             "spread_ms": [min(times), max(times)]}  # fmt: skip
 
 
-def check_fast_path(shape, pool, device) -> float:
-    """Relative difference of the compiled bf16 loss against the eager bf16 loss, same weights and batch."""
+def check_fast_path(shape, pool, device, attention: str) -> float:
+    """Relative difference of the compiled bf16 loss with our attention kernel against the eager bf16
+    loss with SDPA's masked attention, same weights and batch (no dropout: deterministic)."""
     torch.manual_seed(1)
-    model = BertForPackedPretraining(shape, "sdpa").to(device).eval()  # no dropout: deterministic
+    model = BertForPackedPretraining(shape, "sdpa").to(device).eval()
     from training.bert.model import pretraining_loss
 
     b = pool[0].to(device)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         eager = pretraining_loss(*model(b), b)
+        for layer in model.layers:
+            layer.attn_impl = attention
         fast = torch.compile(model)
         s = data.pad_static(pool[0], ROWS).to(device)
         compiled = pretraining_loss(*fast(s), s)
@@ -254,12 +258,13 @@ def main() -> int:
         elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
             runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup,
                                        args.steps, args.profile, compile_mode="reduce-overhead")  # fmt: skip
-        elif variant in OURS:
-            runs[variant] = bench_ours(shape, pool, lens, variant != "eager", args.attention, device,
+        elif (name := variant.partition(":")[0]) in OURS:  # "compiled:sdpa_cudnn": that attention
+            runs[variant] = bench_ours(shape, pool, lens, name != "eager",
+                                       variant.partition(":")[2] or args.attention, device,
                                        args.warmup, args.steps, args.profile,
-                                       precision="fp8" if "fp8" in variant else "bf16",
-                                       fp8_backend="native" if "native" in variant else "auto",
-                                       fuse_fp8=not variant.endswith("unfused"))  # fmt: skip
+                                       precision="fp8" if "fp8" in name else "bf16",
+                                       fp8_backend="native" if "native" in name else "auto",
+                                       fuse_fp8=not name.endswith("unfused"))  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]
@@ -268,8 +273,11 @@ def main() -> int:
         r["mfu"] = r["tflops"] / results["peak_tflops"]
         say(f"  {variant}: {json.dumps(r)}", flush=True)
         torch.cuda.empty_cache()
-    if "compiled" in runs:
-        results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(shape, pool, device)
+    if any(v.startswith("compiled") for v in runs):
+        results["attention"] = backends.choose_attention(args.attention)
+        results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(
+            shape, pool, device, results["attention"]
+        )
     results["runs"] = runs
     if os.environ.get("OUT") and rank == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
@@ -283,7 +291,10 @@ def main() -> int:
         say(f"| {name} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
               f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} |")  # fmt: skip
     if "compiled_vs_eager_loss_rel_diff" in results:
-        say(f"compiled vs eager loss, relative difference: {results['compiled_vs_eager_loss_rel_diff']:.2e}")
+        say(
+            f"compiled ({results['attention']}) vs eager (sdpa) loss, relative difference: "
+            f"{results['compiled_vs_eager_loss_rel_diff']:.2e}"
+        )
     return 0
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.bert.synthetic import make_sequence
+from training.bert.attention import packed_attention
 from training.bert.data import collate
 from training.bert.model import (
     _LAYER,
@@ -15,6 +16,7 @@ from training.bert.model import (
     from_hf_state_dict,
     pretraining_loss,
 )
+from training.common import backends
 
 SHAPE = BertShape(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
@@ -107,3 +109,30 @@ def test_matches_hugging_face_bert(model, seqs):
                  token_type_ids=torch.from_numpy(first[1].astype(np.int64))[None])  # fmt: skip
         torch.testing.assert_close(out.prediction_logits[0, first[2].astype(np.int64)], mlm[: len(first[2])],
                                    rtol=1e-9, atol=1e-9)  # fmt: skip
+
+
+def test_torch_flash_is_refused_by_name_where_it_cannot_run():
+    if backends.torch_flash_fault() is None:
+        pytest.skip("PyTorch's varlen flash kernel runs here")
+    with pytest.raises(ValueError, match="ATTENTION=torch_flash"):
+        backends.choose_attention("torch_flash")
+    assert backends.choose_attention("auto") in ("sdpa", "sdpa_cudnn", "flash_attn")
+
+
+@pytest.mark.skipif(
+    backends.torch_flash_fault() is not None, reason="PyTorch's varlen flash kernel needs CUDA"
+)
+def test_torch_flash_matches_the_masked_sdpa_and_drops_the_same_in_backward(seqs):
+    b = collate([packed_row(seqs), packed_row(seqs[1:])], 512).to("cuda")
+    q, k, v = (torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    real = b.seq_ids > 0
+    ref = packed_attention("sdpa", q.float(), k.float(), v.float(), b)[real]
+    out = packed_attention("torch_flash", q, k, v, b)[real]
+    assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
+    # With dropout, out = P_dropped v, so <out, g> = <v, dv> if the backward drops what the forward did.
+    g = torch.randn_like(q)
+    out = packed_attention("torch_flash", q, k, v, b, dropout_p=0.1)
+    out.backward(g)
+    lhs, rhs = float((out.detach().float() * g.float()).sum()), float((v.float() * v.grad.float()).sum())
+    assert abs(lhs - rhs) < 1e-2 * abs(rhs)

@@ -7,7 +7,10 @@ Implementations (chosen once at start by `training.common.backends.choose_attent
   mask with dropout SDPA otherwise picks the memory-efficient kernel, 2.3x slower on an H100
   (perf/attention_bert.py, 2026-11-22: 1.52 vs 3.46 ms per layer, fwd+bwd).
 - `flash_attn`: flash-attn's varlen kernel over the flattened rows (`cu_seqlens`), no padding work.
-- `torch_varlen`: PyTorch's own varlen kernel (CUDA); it has no dropout, so it serves eval only.
+- `torch_flash`: the FlashAttention-2 varlen kernel PyTorch itself ships (ATen's
+  `_flash_attention_forward` with `cu_seqlens`, CUDA), the same work as flash-attn's: attention within each
+  sequence only, with dropout. 1.32 vs 1.56 ms per layer for cuDNN's masked kernel on an H100
+  (perf/attention.py bert, 2026-11-22). PyTorch's public `varlen_attn` wraps it without dropout.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
+IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -38,17 +41,16 @@ def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Ten
                 attn_mask=block_diagonal_mask(b.seq_ids), dropout_p=dropout_p,
             )  # fmt: skip
         return out.transpose(1, 2)
+    # max_q = max_k = L for the varlen kernels: one value for every batch, so compiled graphs stay few
     flat = [t.reshape(B * L, heads, dim) for t in (q, k, v)]
     if impl == "flash_attn":
         from flash_attn import flash_attn_varlen_func
 
-        out = flash_attn_varlen_func(*flat, b.cu_seqlens, b.cu_seqlens, b.max_seqlen, b.max_seqlen, dropout_p)
+        out = flash_attn_varlen_func(*flat, b.cu_seqlens, b.cu_seqlens, L, L, dropout_p)
         return out.view(B, L, heads, dim)
-    if impl == "torch_varlen":
-        if dropout_p:
-            raise ValueError("torch_varlen attention has no dropout; it is for eval only")
-        from torch.nn.attention.varlen import varlen_attn
-
-        out = varlen_attn(*flat, b.cu_seqlens, b.cu_seqlens, b.max_seqlen, b.max_seqlen)
-        return out.view(B, L, heads, dim)
+    if impl == "torch_flash":
+        out = torch.ops.aten._flash_attention_forward(
+            *flat, b.cu_seqlens, b.cu_seqlens, L, L, dropout_p, False, False
+        )
+        return out[0].view(B, L, heads, dim)
     raise ValueError(f"unknown attention implementation {impl!r} (known: {', '.join(IMPLS)})")

@@ -10,7 +10,7 @@ from pathlib import Path
 from training.common.config import FP8_BACKENDS, ConfigError, RunSettings, env_names, from_env, var
 
 OFFICIAL_TARGET = 0.720
-ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_varlen")
+ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 
 
@@ -49,7 +49,7 @@ class BertConfig(RunSettings):
     train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
     attention: str = var(
-        "ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_varlen (eval only)"
+        "ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash"
     )
     precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
     fp8_backend: str = var(
