@@ -2,11 +2,12 @@
 
     python perf/bench_bert.py [--variants hf,eager,compiled] [--steps 30] [--tiny]
 
-Variants: hf; ours eager, compiled, compiled_cudagraphs, compiled_fp8 (the trainer's PRECISION=fp8: FP8
+Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
 (our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
-compiled_fp8native_unfused (the same, the FFN as two FP8 linears). `variant:attention` runs a variant of ours
-with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
+compiled_fp8native_unfused (the same, the FFN as two FP8 linears). `_cudagraphs` in a compiled variant's
+name adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs);
+`variant:attention` runs it with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
 (1-3 sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast.
@@ -255,13 +256,11 @@ def main() -> int:
     for variant in args.variants.split(","):
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif variant == "compiled_cudagraphs":  # torch.compile's CUDA graphs around forward and backward
-            runs[variant] = bench_ours(shape, pool, lens, True, args.attention, device, args.warmup,
-                                       args.steps, args.profile, compile_mode="reduce-overhead")  # fmt: skip
-        elif (name := variant.partition(":")[0]) in OURS:  # "compiled:sdpa_cudnn": that attention
+        elif (name := variant.partition(":")[0].replace("_cudagraphs", "")) in OURS:
             runs[variant] = bench_ours(shape, pool, lens, name != "eager",
                                        variant.partition(":")[2] or args.attention, device,
                                        args.warmup, args.steps, args.profile,
+                                       compile_mode="reduce-overhead" if "_cudagraphs" in variant else None,
                                        precision="fp8" if "fp8" in name else "bf16",
                                        fp8_backend="native" if "native" in name else "auto",
                                        fuse_fp8=not name.endswith("unfused"))  # fmt: skip

@@ -2,13 +2,16 @@
 # Every single-GPU BERT measurement behind perf/RESULTS.md, in one call on the GPU machine:
 #   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, default eager, compiled, compiled +
 #           CUDA graphs, compiled FP8), side by side;
-#   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline);
+#   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline)
+#           (DATA_VARIANT, default compiled: a bench_bert.py variant);
 #   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
-#           with a one-GPU config derived from config_H100_1x8x48.sh, and its logged tracked_stats throughput;
-#   curves: the runner twice from the same seed, PRECISION=bf16 and fp8 (FP8_BACKEND, default auto), 200 steps
-#           with an eval every 1,000 samples (CURVE_SETTINGS overrides these, e.g. "COMPILE=0
-#           MAX_SAMPLES_TERMINATION=40000"): both masked-LM accuracy curves (and training losses) and their
-#           largest difference.
+#           with a one-GPU config derived from config_H100_1x8x48.sh (RUNNER_SETTINGS: VAR=value overrides to
+#           match DATA_VARIANT), and its logged tracked_stats throughput against stage data's;
+#   curves: the runner once per curve from the same seed, 200 steps with an eval every 1,000 samples
+#           (CURVE_SETTINGS overrides these for all, e.g. "COMPILE=0 MAX_SAMPLES_TERMINATION=40000"): every
+#           masked-LM accuracy curve (and training losses) and its largest difference from the first. CURVES:
+#           space-separated NAME=VAR=value[,VAR=value...], default
+#           "bf16=PRECISION=bf16 fp8=PRECISION=fp8,FP8_BACKEND=${FP8_BACKEND:-auto}".
 # Host tunables are not touched here (TUNABLES_ROOT points at an empty folder: every setting reads absent).
 # Usage (repo root): OUT=/some/dir [STAGES="bench data runner curves"] bash perf/bert_gpu.sh
 set -euo pipefail
@@ -27,7 +30,8 @@ fi
 ./input_preprocessing/prepare_data.sh --outputdir "${work}/bert_data" --packed-data --shards 8 \
   --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 500 > "${out}/prepare.log" 2>&1
 if [[ ${stages} == *data* ]]; then
-  "${PYTHON}" perf/bench_bert.py --variants compiled --data "${work}/bert_data" --rows 50 2>&1 | grep -v Warn |
+  "${PYTHON}" perf/bench_bert.py --variants "${DATA_VARIANT:-compiled}" --data "${work}/bert_data" --rows 50 2>&1 |
+    grep -v Warn |
     tee "${out}/bench_data.log"
 fi
 
@@ -54,45 +58,54 @@ runner() {  # runner LOGDIR [VAR=VALUE...]: the config above, NEXP=1, with these
 }
 
 if [[ ${stages} == *curves* ]]; then
-  for precision in bf16 fp8; do
-    # shellcheck disable=SC2086 # CURVE_SETTINGS: VAR=value words
-    runner "${out}/curve_${precision}" PRECISION="${precision}" FP8_BACKEND="${FP8_BACKEND:-auto}" SEED=1234 \
-      MAX_SAMPLES_TERMINATION=10000 EVAL_ITER_START_SAMPLES=1000 EVAL_ITER_SAMPLES=1000 LOG_FREQ=20 ${CURVE_SETTINGS:-}
+  names=()
+  for curve in ${CURVES:-bf16=PRECISION=bf16 fp8=PRECISION=fp8,FP8_BACKEND=${FP8_BACKEND:-auto}}; do
+    names+=("${curve%%=*}")
+    settings="${curve#*=}"
+    # shellcheck disable=SC2086 # CURVE_SETTINGS and the curve's settings: VAR=value words
+    runner "${out}/curve_${curve%%=*}" SEED=1234 MAX_SAMPLES_TERMINATION=10000 EVAL_ITER_START_SAMPLES=1000 \
+      EVAL_ITER_SAMPLES=1000 LOG_FREQ=20 ${CURVE_SETTINGS:-} ${settings//,/ }
   done
-  "${PYTHON}" - "${out}" <<'PY'
+  "${PYTHON}" - "${out}" "${names[@]}" <<'PY'
 import json, re, sys
 from pathlib import Path
-out = Path(sys.argv[1])
-curves = {}
-for precision in ("bf16", "fp8"):
-    log = next((out / f"curve_{precision}").glob("bert_*.log")).read_text()
+out, names = Path(sys.argv[1]), sys.argv[2:]
+acc, loss = {}, {}
+for name in names:
+    log = next((out / f"curve_{name}").glob("bert_*.log")).read_text()
     events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log)]
-    curves[precision] = {e["metadata"]["epoch_num"]: e["value"] for e in events if e["key"] == "eval_accuracy"}
-    curves[precision + "_train_loss"] = {int(s): float(v) for s, v in re.findall(r"^step \d+ samples (\d+) loss ([\d.]+)", log, re.M)}
-    print(precision, "backends:", {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")})
-shared = sorted(set(curves["bf16"]) & set(curves["fp8"]))
-print("| samples | bf16 MLM accuracy | fp8 MLM accuracy | difference |\n|---|---|---|---|")
+    acc[name] = {e["metadata"]["epoch_num"]: e["value"] for e in events if e["key"] == "eval_accuracy"}
+    loss[name] = {int(s): float(v) for s, v in re.findall(r"^step \d+ samples (\d+) loss ([\d.]+)", log, re.M)}
+    print(name, "backends:", {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")})
+ref, others = names[0], names[1:]
+shared = sorted(set.intersection(*(set(acc[n]) for n in names)))
+print(f"| samples | {' | '.join(f'{n} MLM accuracy' for n in names)} |\n|{'---|' * (len(names) + 1)}")
 for s in shared:
-    print(f"| {s} | {curves['bf16'][s]:.4f} | {curves['fp8'][s]:.4f} | {curves['fp8'][s] - curves['bf16'][s]:+.4f} |")
-losses = sorted(set(curves["bf16_train_loss"]) & set(curves["fp8_train_loss"]))
-print("training loss (samples: bf16 / fp8):", ", ".join(
-    f"{s}: {curves['bf16_train_loss'][s]:.3f} / {curves['fp8_train_loss'][s]:.3f}" for s in losses))
-if shared:
-    print(f"largest |difference|: {max(abs(curves['fp8'][s] - curves['bf16'][s]) for s in shared):.4f}")
-(out / "curves.json").write_text(json.dumps(curves, indent=2))
+    print(f"| {s} | {' | '.join(f'{acc[n][s]:.4f}' for n in names)} |")
+steps = sorted(set.intersection(*(set(loss[n]) for n in names)))
+print(f"training loss (samples: {' / '.join(names)}):",
+      ", ".join(f"{s}: {' / '.join(f'{loss[n][s]:.3f}' for n in names)}" for s in steps))
+for n in others:
+    if shared:
+        print(f"{n} vs {ref}: largest |accuracy difference| {max(abs(acc[n][s] - acc[ref][s]) for s in shared):.4f}")
+    if steps:
+        print(f"{n} vs {ref}: largest relative loss difference "
+              f"{max(abs(loss[n][s] - loss[ref][s]) / loss[ref][s] for s in steps):.2%}")
+(out / "curves.json").write_text(json.dumps({"accuracy": acc, "train_loss": loss}, indent=2))
 PY
 fi
 [[ ${stages} == *runner* ]] || exit 0
-runner "${out}/runner"
-"${PYTHON}" - "${out}" <<'PY'
+# shellcheck disable=SC2086 # RUNNER_SETTINGS: VAR=value words
+runner "${out}/runner" ${RUNNER_SETTINGS:-}
+"${PYTHON}" - "${out}" "${DATA_VARIANT:-compiled}" <<'PY'
 import json, re, sys
 from pathlib import Path
-out = Path(sys.argv[1])
+out, variant = Path(sys.argv[1]), sys.argv[2]
 log = next((out / "runner").glob("bert_*.log")).read_text()
 stats = [json.loads(m)["value"]["throughput"] for m in re.findall(r':::MLLOG (\{.*"tracked_stats".*\})', log)]
 bench = 448.74  # samples/s: stage "data" on an H100, 2026-11-22 (perf/RESULTS.md); rerun it to refresh
 if (out / "bench_data.log").exists():
-    bench = json.loads((out / "bench_bert.json").read_text())["runs"]["compiled"]["samples_per_s"]
+    bench = json.loads((out / "bench_bert.json").read_text())["runs"][variant]["samples_per_s"]
 print(f"runner tracked_stats throughput per eval window: {[round(s, 1) for s in stats]}")
 print(f"perf script, same shards and rows: {bench:.1f} samples/s; runner/perf: {[round(s / bench, 3) for s in stats]}")
 PY

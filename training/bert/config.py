@@ -10,6 +10,7 @@ from pathlib import Path
 from training.common.config import FP8_BACKENDS, ConfigError, RunSettings, env_names, from_env, var
 
 OFFICIAL_TARGET = 0.720
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 
@@ -48,9 +49,7 @@ class BertConfig(RunSettings):
     )
     train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
-    attention: str = var(
-        "ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash"
-    )
+    attention: str = var("ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash")
     precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
     fp8_backend: str = var(
         "FP8_BACKEND",
@@ -58,6 +57,11 @@ class BertConfig(RunSettings):
         help="PRECISION=fp8: auto (Transformer Engine, else torchao) | te | torchao | native (ours)",
     )
     compile: bool = var("COMPILE", False, help="torch.compile the model")
+    compile_mode: str = var(
+        "COMPILE_MODE",
+        "default",
+        help="COMPILE=1: default | reduce-overhead (adds CUDA graphs) | max-autotune",
+    )
 
     def __post_init__(self):
         problems = []
@@ -73,6 +77,8 @@ class BertConfig(RunSettings):
             problems.append(f"PRECISION={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)}")
         if self.fp8_backend not in FP8_BACKENDS:
             problems.append(f"FP8_BACKEND={self.fp8_backend!r} is not one of {', '.join(FP8_BACKENDS)}")
+        if self.compile_mode not in COMPILE_MODES:
+            problems.append(f"COMPILE_MODE={self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
         if not 1 <= self.packing_factor <= 3:

@@ -56,7 +56,8 @@ def main() -> int:
         fp8.description += ", FFNs fused (fp8.fused_mlp)"
     chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
-              "data_parallel": "ddp" if info.world_size > 1 else "none", "compile": cfg.compile,
+              "data_parallel": "ddp" if info.world_size > 1 else "none",
+              "compile": cfg.compile_mode if cfg.compile else "none",
               "platform": backends.platform_name()}  # fmt: skip
     for key, value in chosen.items():
         mllog.event(f"backend_{key}", value)
@@ -64,7 +65,7 @@ def main() -> int:
 
     optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                      eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
-    train_model = apply_compile(apply_data_parallel(model, info), cfg.compile)
+    train_model = apply_compile(apply_data_parallel(model, info), cfg.compile, cfg.compile_mode)
     autocast = autocast_context(precision, info.device, fp8)
     if cfg.logdir and cfg.run_tag and info.is_main:
         extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
