@@ -5,8 +5,9 @@
 Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
 (our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
-compiled_fp8native_unfused (the same, the FFN as two FP8 linears). `_cudagraphs` in a compiled variant's
-name adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs);
+compiled_fp8native_unfused (the same, the FFN as two FP8 linears). In a compiled variant's name `_cudagraphs`
+adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs), `_maxautotune`
+mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels);
 `variant:attention` runs it with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -109,6 +111,7 @@ def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
         print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
 
 
+COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}  # variant name modifiers
 OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
 
 
@@ -256,11 +259,12 @@ def main() -> int:
     for variant in args.variants.split(","):
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif (name := variant.partition(":")[0].replace("_cudagraphs", "")) in OURS:
+        elif (name := re.sub("_cudagraphs|_maxautotune", "", variant.partition(":")[0])) in OURS:
+            mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
             runs[variant] = bench_ours(shape, pool, lens, name != "eager",
                                        variant.partition(":")[2] or args.attention, device,
                                        args.warmup, args.steps, args.profile,
-                                       compile_mode="reduce-overhead" if "_cudagraphs" in variant else None,
+                                       compile_mode=mode,
                                        precision="fp8" if "fp8" in name else "bf16",
                                        fp8_backend="native" if "native" in name else "auto",
                                        fuse_fp8=not name.endswith("unfused"))  # fmt: skip
