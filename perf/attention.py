@@ -5,10 +5,11 @@
 bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
 bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
 bool mask under each backend that accepts it, cuDNN's ragged kernel (ATen's `_cudnn_attention_forward` /
-`_backward` over the flattened rows, with dropout), flex attention with a document mask and PyTorch's
-varlen kernel (neither has dropout). Checked: each kernel against fp32 math without dropout, and for the
-ragged kernel with dropout that the backward drops what the forward dropped (<out, g> = <v, dv>, since
-out = P v for the dropped probabilities P).
+`_backward` over the flattened rows, with dropout), flex attention with a document mask, PyTorch's
+`varlen_attn` (neither has dropout), and ATen's flash and memory-efficient varlen kernels with and without
+dropout (`_flash_attention_forward`: what ATTENTION=torch_flash runs). Checked: each kernel against fp32 math
+without dropout, and for the kernels with dropout that the backward drops what the forward dropped
+(<out, g> = <v, dv>, since out = P v for the dropped probabilities P).
 llama: one 8192-token causal sequence, 32 query heads and 8 key/value heads of 128 (Llama 3.1 8B), under
 SDPA's default choice, each backend forced, and cuDNN with the key/value heads expanded.
 Prints a table per part last: median ms (CUDA events) and TFLOP/s counting only useful work.
