@@ -343,8 +343,8 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
             for _ in range(2):
                 y = step()
             grads = [y.detach(), x.grad.clone(), *(p.grad.clone() for p in bf16.parameters())]
-            # gate's input amax is up's (unused when fused)
-            amax = [float(b) for n, b in sorted(mlp.named_buffers()) if n != "gate.x_amax"]
+            # gate's input amax (and its next) is up's (unused when fused)
+            amax = [float(b) for n, b in sorted(mlp.named_buffers()) if not n.startswith("gate.x_amax")]
             outputs[variant] = grads, amax
     (unfused, amax), (fused, fused_amax) = outputs.values()
     table(f"{name}, compiled, fwd + bwd", results)

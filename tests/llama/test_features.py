@@ -88,11 +88,11 @@ def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
             if isinstance(m, MLP):
                 m.fuse_fp8 = fuse
         steps = [loss_and_grads(model) for _ in range(3)]
-        # all amax buffers but gate's input's, the same as up's (unused when fused)
+        # all amax buffers but gate's input's (and its next), the same as up's (unused when fused)
         amax = {n: b.clone() for n, b in model.named_buffers() if "gate_proj.x_amax" not in n}
         runs.append((steps, amax))
     (unfused, amax), (fused, fused_amax) = runs
-    assert len(amax) == 2 * 13  # 2 blocks x (7 gradients' + 6 inputs' amax)
+    assert len(amax) == 2 * 19  # 2 blocks x (7 gradients' + 6 inputs' amax, and each input's recorded next)
     assert all(torch.equal(fused_amax[n], a) for n, a in amax.items())
     for (loss, grads), (loss2, grads2) in zip(unfused, fused):
         assert torch.equal(loss, loss2)
@@ -127,3 +127,26 @@ def test_clip_folded_into_the_fused_optimizer_matches_scaling_the_gradients():
         updated.append([p.detach().clone() for p in params])
     for a, b in zip(*updated):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_native_fp8_recompute_casts_with_the_forwards_scales(fuse):
+    """Activation checkpointing recomputes each block's forward in the backward; the native FP8 linears (one
+    by one, or the MLP fused) must cast there with the scales the first forward used, not with the amax that
+    forward has just recorded: over 3 steps, the same loss, gradients and amax buffers as without it."""
+    runs = []
+    for checkpointed in (False, True):
+        model = fresh()
+        apply_fp8(model, True, "native")
+        for m in model.modules():
+            if isinstance(m, MLP):
+                m.fuse_fp8 = fuse
+        parallel.apply_activation_checkpointing(model, checkpointed)
+        runs.append(([loss_and_grads(model) for _ in range(3)], dict(model.named_buffers())))
+    (plain, amax), (recomputed, amax2) = runs
+    for (loss, grads), (loss2, grads2) in zip(plain, recomputed):
+        assert torch.equal(loss, loss2)
+        assert all(torch.equal(grads2[n], g) for n, g in grads.items()), [
+            n for n, g in grads.items() if not torch.equal(grads2[n], g)
+        ]
+    assert all(torch.equal(amax2[n], a) for n, a in amax.items())

@@ -225,16 +225,20 @@ def _choose_casts() -> str:
 
 class _Fp8Matmul(torch.autograd.Function):
     """x @ w.T with both operands in e4m3 and the gradients in e5m2 (the HYBRID format). x is cast with the
-    scale of the previous step's amax (delayed scaling: no pass over x before its cast) and its amax updated
-    in the same pass (`update_x_amax`, in training), w with its current amax (a small tensor), the incoming
-    gradient with the previous backward's amax, which the backward updates likewise. Each cast also writes the
-    transposed copy that the backward's GEMMs need (the FP8 GEMM takes row-major x column-major operands):
-    x's and the gradient's for the weight gradient, w's for the input gradient."""
+    scale of the previous step's amax (delayed scaling: no pass over x before its cast), its amax recorded
+    in the same pass into `x_amax_next` (`update_x_amax`, in training) and moved to `x_amax` by the backward
+    (`_commit`): so a forward recomputed in the backward (activation checkpointing) casts as the first one
+    did. w is cast with its current amax (a small tensor), the incoming gradient with the previous backward's
+    amax, which the backward updates likewise. Each cast also writes the transposed copy that the backward's
+    GEMMs need (the FP8 GEMM takes row-major x column-major operands): x's and the gradient's for the weight
+    gradient, w's for the input gradient."""
 
     @staticmethod
-    def forward(ctx, x, w, b, x_amax, g_amax, update_x_amax):
+    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax):
         x_scale = _scale(x_amax, E4M3_MAX)
-        x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_x_amax else None, True)
+        x8, x8t = _cast_transpose(
+            x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None, True
+        )
         w8, w8t, w_scale = _cast_weight(w)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
@@ -242,7 +246,7 @@ class _Fp8Matmul(torch.autograd.Function):
         ctx.save_for_backward(x8t, w8t, x_scale, w_scale)
         # not saved for backward: that would check its version, which another micro-batch's backward may
         # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
-        ctx.g_amax = g_amax
+        ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next)] if update_x_amax else []
         ctx.dtypes = x.dtype, w.dtype, None if b is None else b.dtype
         return y
 
@@ -255,7 +259,15 @@ class _Fp8Matmul(torch.autograd.Function):
         dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
         dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
         db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
-        return dx, dw, db, None, None, None
+        _commit(ctx.commit)
+        return dx, dw, db, None, None, None, None
+
+
+def _commit(pairs) -> None:
+    """In a backward: each input amax recorded by its forward (`next`) becomes the one the next forward
+    casts with."""
+    for amax, recorded in pairs:
+        amax.copy_(recorded)
 
 
 class _Fp8MLP(torch.autograd.Function):
@@ -266,13 +278,14 @@ class _Fp8MLP(torch.autograd.Function):
     its input gradients likewise, for the up projections' GEMMs (with GELU, the up bias's gradient summed in
     the same pass). The same numbers as the `Fp8Linear`s (bit for bit in PyTorch; on GPUs up to where
     Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
-    updated with `update_amax`), and the gradients' of y, up and gate (updated by the backward)."""
+    recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
+    and the gradients' of y, up and gate (updated by the backward)."""
 
     @staticmethod
-    def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, h_amax, dy_amax, dup_amax, dgate_amax,
-                update_amax):  # fmt: skip
+    def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next, dy_amax,
+                dup_amax, dgate_amax, update_amax):  # fmt: skip
         x_scale, h_scale = _scale(x_amax, E4M3_MAX), _scale(h_amax, E4M3_MAX)
-        x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax if update_amax else None, True)
+        x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None, True)
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
         (wu8, wu8t, u_scale), (wd8, wd8t, d_scale) = _cast_weight(w_up), _cast_weight(w_down)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
@@ -281,7 +294,7 @@ class _Fp8MLP(torch.autograd.Function):
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate)
             gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
-        h8, h8t = _act_cast_transpose(up, gate, h_scale, h_amax if update_amax else None)
+        h8, h8t = _act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None)
         y = torch._scaled_mm(
             h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
         )
@@ -289,6 +302,7 @@ class _Fp8MLP(torch.autograd.Function):
             x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale
         )
         ctx.g_amax = dy_amax, dup_amax, dgate_amax  # not saved: see _Fp8Matmul
+        ctx.commit = [(x_amax, x_amax_next), (h_amax, h_amax_next)] if update_amax else []
         ctx.dtypes = (
             x.dtype,
             w_up.dtype,
@@ -321,7 +335,8 @@ class _Fp8MLP(torch.autograd.Function):
             (dg8, dg8t), dg_inv = rest, dgate_scale.reciprocal()
             dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
             dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
-        return dx, dw_up, db_up, dw_gate, dw_down, db_down, None, None, None, None, None, None
+        _commit(ctx.commit)
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 8
 
 
 def fusable_mlp(*linears: nn.Module | None) -> bool:
@@ -333,12 +348,13 @@ def fusable_mlp(*linears: nn.Module | None) -> bool:
 
 def fused_mlp(x: torch.Tensor, up: Fp8Linear, down: Fp8Linear, gate: Fp8Linear | None = None) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)), or without gate down(gelu(up(x))), through `_Fp8MLP` with the linears'
-    parameters and amax buffers (gate's x_amax, the same as up's, stays unused)."""
+    parameters and amax buffers (gate's x_amax and x_amax_next, the same as up's, stay unused)."""
     flat = x.reshape(-1, x.shape[-1])
     training = down.training and torch.is_grad_enabled()
     w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
-    y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax, down.x_amax,
-                      down.g_amax, up.g_amax, dgate_amax, training)  # fmt: skip
+    y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
+                      up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
+                      training)  # fmt: skip
     return y.view(*x.shape[:-1], -1)
 
 
@@ -353,24 +369,26 @@ class Fp8Linear(nn.Linear):
         new.weight, new.bias = linear.weight, linear.bias
         device = linear.weight.device
         new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
+        new.register_buffer("x_amax_next", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("g_amax", torch.tensor(E5M2_MAX, device=device), persistent=False)
         return new
 
     @torch.no_grad()
     def reset_amax(self) -> None:
         self.x_amax.fill_(E4M3_MAX)
+        self.x_amax_next.fill_(E4M3_MAX)
         self.g_amax.fill_(E5M2_MAX)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.weight, DTensor):
             return self._forward_tensor_parallel(x)
-        return self._matmul(x, self.weight, self.bias, self.x_amax, self.g_amax)
+        return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax)
 
-    def _matmul(self, x, w, b, x_amax, g_amax):
+    def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
         flat = x.reshape(-1, x.shape[-1])
         # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
         training = self.training and torch.is_grad_enabled()
-        y = _Fp8Matmul.apply(flat, w, b, x_amax, g_amax, training)
+        y = _Fp8Matmul.apply(flat, w, b, x_amax, x_amax_next, g_amax, training)
         return y.view(*x.shape[:-1], -1)
 
     def _forward_tensor_parallel(self, x):
@@ -390,7 +408,8 @@ class Fp8Linear(nn.Linear):
         grad = [Shard(x.ndim - 1)] if row_parallel else [Partial()]
         b = None if self.bias is None else self.bias.to_local()
         # parallelize_module made the amax buffers replicated DTensors: each rank keeps its own values
-        amax = [a.to_local() if isinstance(a, DTensor) else a for a in (self.x_amax, self.g_amax)]
+        buffers = self.x_amax, self.x_amax_next, self.g_amax
+        amax = [a.to_local() if isinstance(a, DTensor) else a for a in buffers]
         y = self._matmul(x.to_local(grad_placements=grad), w.to_local(), b, *amax)
         out = [Partial()] if row_parallel else [Shard(y.ndim - 1)]
         return DTensor.from_local(y, w.device_mesh, out, run_check=False)
