@@ -75,6 +75,16 @@ def test_fp8_swaps_the_block_linears_only(backend, linear):
     assert abs(loss8 - loss) / loss < 0.02 and all(torch.isfinite(g).all() for g in grads8.values())
 
 
+def native_fp8(fuse: bool) -> Llama:
+    """A fresh model with native FP8 linears, each MLP fused into one function or linear by linear."""
+    model = fresh()
+    apply_fp8(model, True, "native")
+    for m in model.modules():
+        if isinstance(m, MLP):
+            m.fuse_fp8 = fuse
+    return model
+
+
 def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
     """With native FP8 the MLP runs as one function (`fp8.fused_mlp`: x cast once, SwiGLU and its
     gradients written only in FP8): over 3 steps (the first casts with scale 1, the next with the amax
@@ -82,11 +92,7 @@ def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
     by one. Compiled, the fused MLP matches eager within FP8's rounding."""
     runs = []
     for fuse in (False, True):
-        model = fresh()
-        apply_fp8(model, True, "native")
-        for m in model.modules():
-            if isinstance(m, MLP):
-                m.fuse_fp8 = fuse
+        model = native_fp8(fuse)
         steps = [loss_and_grads(model) for _ in range(3)]
         # all amax buffers but gate's input's (and its next), the same as up's (unused when fused)
         amax = {n: b.clone() for n, b in model.named_buffers() if "gate_proj.x_amax" not in n}
@@ -136,11 +142,7 @@ def test_native_fp8_recompute_casts_with_the_forwards_scales(fuse):
     forward has just recorded: over 3 steps, the same loss, gradients and amax buffers as without it."""
     runs = []
     for checkpointed in (False, True):
-        model = fresh()
-        apply_fp8(model, True, "native")
-        for m in model.modules():
-            if isinstance(m, MLP):
-                m.fuse_fp8 = fuse
+        model = native_fp8(fuse)
         parallel.apply_activation_checkpointing(model, checkpointed)
         runs.append(([loss_and_grads(model) for _ in range(3)], dict(model.named_buffers())))
     (plain, amax), (recomputed, amax2) = runs
