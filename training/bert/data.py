@@ -92,7 +92,6 @@ def collate(rows: list[tuple[np.ndarray, ...]], seq_len: int) -> Batch:
         position_ids=torch.from_numpy(position_ids),
         seq_ids=torch.from_numpy(seq_ids),
         cu_seqlens=torch.from_numpy(cu_seqlens),
-        max_seqlen=int(np.diff(cu_seqlens).max()),
         mlm_index=torch.from_numpy(np.concatenate(mlm_index)),
         mlm_labels=torch.from_numpy(np.concatenate(mlm_labels)),
         cls_index=torch.tensor(cls_index, dtype=torch.int64),

@@ -56,7 +56,6 @@ class Batch:
     position_ids: torch.Tensor  # [B, L] int64, restart at 0 for each sequence
     seq_ids: torch.Tensor  # [B, L] int32, 1..3 per sequence, 0 for padding
     cu_seqlens: torch.Tensor  # [S + 2] int32 over the flattened rows; padding runs are extra segments
-    max_seqlen: int
     mlm_index: torch.Tensor  # [M] int64 flat positions of masked tokens
     mlm_labels: torch.Tensor  # [M] int64 original token ids (-100 = ignore, for static padding)
     cls_index: torch.Tensor  # [S] int64 flat positions of each sequence's [CLS]
