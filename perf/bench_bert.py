@@ -7,7 +7,8 @@ matmuls in the encoder layers through Transformer Engine, else torchao float8 te
 (our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
 compiled_fp8native_unfused (the same, the FFN as two FP8 linears). In a compiled variant's name `_cudagraphs`
 adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs), `_maxautotune`
-mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels);
+mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels),
+`_bf16res` the residual stream in bf16 (the trainer's RESIDUAL_DTYPE=bf16);
 `variant:attention` runs it with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
@@ -129,10 +130,12 @@ def bench_ours(
     precision: str = "bf16",
     fp8_backend: str = "auto",
     fuse_fp8: bool = True,
+    residual_dtype: torch.dtype | None = None,
 ):
     torch.manual_seed(0)
     info = dist.init_distributed()
     model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
+    model.set_residual_dtype(residual_dtype)
     fp8 = apply_fp8(model, precision == "fp8", fp8_backend)
     for layer in model.layers:
         layer.fuse_fp8 = fuse_fp8
@@ -259,7 +262,7 @@ def main() -> int:
     for variant in args.variants.split(","):
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif (name := re.sub("_cudagraphs|_maxautotune", "", variant.partition(":")[0])) in OURS:
+        elif (name := re.sub("_cudagraphs|_maxautotune|_bf16res", "", variant.partition(":")[0])) in OURS:
             mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
             runs[variant] = bench_ours(shape, pool, lens, name != "eager",
                                        variant.partition(":")[2] or args.attention, device,
@@ -267,7 +270,8 @@ def main() -> int:
                                        compile_mode=mode,
                                        precision="fp8" if "fp8" in name else "bf16",
                                        fp8_backend="native" if "native" in name else "auto",
-                                       fuse_fp8=not name.endswith("unfused"))  # fmt: skip
+                                       fuse_fp8=not name.endswith("unfused"),
+                                       residual_dtype=torch.bfloat16 if "_bf16res" in variant else None)  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]

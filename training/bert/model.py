@@ -70,13 +70,24 @@ class Batch:
         return Batch(**moved)
 
 
+class ResidualNorm(nn.LayerNorm):
+    """A LayerNorm whose output is the residual stream: `out_dtype` (set by `set_residual_dtype`) stores it in
+    bf16, as NVIDIA's half-precision BERT does, instead of autocast's float32; it is computed in float32."""
+
+    out_dtype: torch.dtype | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y if self.out_dtype is None else y.to(self.out_dtype)
+
+
 class Embeddings(nn.Module):
     def __init__(self, s: BertShape):
         super().__init__()
         self.word_embeddings = nn.Embedding(s.vocab_size, s.hidden_size)
         self.position_embeddings = nn.Embedding(s.max_position_embeddings, s.hidden_size)
         self.token_type_embeddings = nn.Embedding(s.type_vocab_size, s.hidden_size)
-        self.LayerNorm = nn.LayerNorm(s.hidden_size, eps=s.layer_norm_eps)
+        self.LayerNorm = ResidualNorm(s.hidden_size, eps=s.layer_norm_eps)
         self.dropout = nn.Dropout(s.hidden_dropout_prob)
 
     def forward(self, b: Batch) -> torch.Tensor:
@@ -99,10 +110,10 @@ class Layer(nn.Module):
         self.attn_dropout = s.attention_probs_dropout_prob
         self.qkv = nn.Linear(h, 3 * h)
         self.attn_out = nn.Linear(h, h)
-        self.attn_norm = nn.LayerNorm(h, eps=s.layer_norm_eps)
+        self.attn_norm = ResidualNorm(h, eps=s.layer_norm_eps)
         self.ffn_in = nn.Linear(h, s.intermediate_size)
         self.ffn_out = nn.Linear(s.intermediate_size, h)
-        self.ffn_norm = nn.LayerNorm(h, eps=s.layer_norm_eps)
+        self.ffn_norm = ResidualNorm(h, eps=s.layer_norm_eps)
         self.dropout = nn.Dropout(s.hidden_dropout_prob)
         self.fuse_fp8 = True  # native FP8 linears: the FFN in one FP8 function (`fp8.fused_mlp`)
 
@@ -146,6 +157,13 @@ class BertForPackedPretraining(nn.Module):
     def set_attention(self, impl: str) -> None:
         for layer in self.layers:
             layer.attn_impl = impl
+
+    def set_residual_dtype(self, dtype: torch.dtype | None) -> None:
+        """Store the residual stream (the embedding's and the layers' LayerNorm outputs) in `dtype`; None
+        keeps what the LayerNorm returns (float32 under autocast)."""
+        for m in self.modules():
+            if isinstance(m, ResidualNorm):
+                m.out_dtype = dtype
 
     def forward(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (MLM logits [M, vocab], NSP logits [S, 2])."""
