@@ -264,6 +264,7 @@ def main() -> int:
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
         elif (name := re.sub("_cudagraphs|_maxautotune|_bf16res", "", variant.partition(":")[0])) in OURS:
             mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
+            residual = torch.bfloat16 if "_bf16res" in variant else None
             runs[variant] = bench_ours(shape, pool, lens, name != "eager",
                                        variant.partition(":")[2] or args.attention, device,
                                        args.warmup, args.steps, args.profile,
@@ -271,7 +272,7 @@ def main() -> int:
                                        precision="fp8" if "fp8" in name else "bf16",
                                        fp8_backend="native" if "native" in name else "auto",
                                        fuse_fp8=not name.endswith("unfused"),
-                                       residual_dtype=torch.bfloat16 if "_bf16res" in variant else None)  # fmt: skip
+                                       residual_dtype=residual)  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]
