@@ -70,6 +70,21 @@ def test_loss_is_finite_and_backward_reaches_every_parameter(seqs):
     assert all(p.grad is not None for p in m.parameters())
 
 
+def test_bf16_residual_stream_keeps_the_loss_within_bf16_rounding(seqs):
+    torch.manual_seed(0)
+    m = BertForPackedPretraining(SHAPE).eval()  # no dropout: the same inputs give the same loss
+    b = collate([packed_row(seqs)], 512)
+    dtypes, losses = [], []
+    m.layers[1].ffn_norm.register_forward_hook(lambda mod, args, out: dtypes.append(out.dtype))
+    for residual in (None, torch.bfloat16, None):
+        m.set_residual_dtype(residual)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses.append(pretraining_loss(*m(b), b).item())
+    assert dtypes == [torch.float32, torch.bfloat16, torch.float32]
+    assert losses[0] == losses[2] and losses[1] != losses[0]
+    assert abs(losses[1] - losses[0]) < 1e-2 * abs(losses[0])
+
+
 def to_hf(ours: dict, layers: int) -> dict:
     """Inverse of from_hf_state_dict (the test checks the round trip)."""
     hf = {theirs: ours[mine] for theirs, mine in _TOP.items()}

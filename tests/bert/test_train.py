@@ -47,14 +47,24 @@ def test_missing_data_is_a_named_error(tmp_path):
     assert proc.returncode == 2 and "nowhere" in proc.stderr, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("backend,description", [("auto", "torchao float8"), ("native", "native FP8")])
-def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, description):
+def test_bf16_residual_where_precision_resolves_to_fp32_is_a_named_error(bert_data):
+    proc = run_train(bert_data, INIT_CHECKPOINT="none", RESIDUAL_DTYPE="bf16")  # PRECISION=auto: fp32 on CPU
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8; PRECISION=auto resolved to fp32" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "backend,residual,description", [("auto", "fp32", "torchao float8"), ("native", "bf16", "native FP8")]
+)
+def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, residual, description):
     if backend == "auto":
         pytest.importorskip("torchao")
-    proc = run_train(bert_data, INIT_CHECKPOINT="none", PRECISION="fp8", FP8_BACKEND=backend)
+    proc = run_train(
+        bert_data, INIT_CHECKPOINT="none", PRECISION="fp8", FP8_BACKEND=backend, RESIDUAL_DTYPE=residual
+    )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: the tiny run may stop short of its target
     events = {e["key"]: e["value"] for e in mllog(proc.stdout)}
-    assert events["backend_precision"] == "fp8"
+    assert events["backend_precision"] == "fp8" and events["backend_residual_dtype"] == residual
     swapped = f"{4 * TINY['num_hidden_layers']} linear layers"  # qkv, attn_out, ffn_in, ffn_out per layer
     assert events["backend_fp8"].startswith(description) and swapped in events["backend_fp8"]
     assert ("FFNs fused" in events["backend_fp8"]) == (backend == "native")

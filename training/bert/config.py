@@ -13,6 +13,7 @@ OFFICIAL_TARGET = 0.720
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
+RESIDUAL_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +57,11 @@ class BertConfig(RunSettings):
         "auto",
         help="PRECISION=fp8: auto (Transformer Engine, else torchao) | te | torchao | native (ours)",
     )
+    residual_dtype: str = var(
+        "RESIDUAL_DTYPE",
+        "fp32",
+        help="fp32 | bf16 (needs PRECISION bf16 or fp8): the dtype of the residual stream (LayerNorm outputs)",
+    )
     compile: bool = var("COMPILE", False, help="torch.compile the model")
     compile_mode: str = var(
         "COMPILE_MODE",
@@ -77,6 +83,10 @@ class BertConfig(RunSettings):
             problems.append(f"PRECISION={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)}")
         if self.fp8_backend not in FP8_BACKENDS:
             problems.append(f"FP8_BACKEND={self.fp8_backend!r} is not one of {', '.join(FP8_BACKENDS)}")
+        if self.residual_dtype not in RESIDUAL_DTYPES:
+            problems.append(f"RESIDUAL_DTYPE={self.residual_dtype!r} is not one of {', '.join(RESIDUAL_DTYPES)}")
+        if self.residual_dtype == "bf16" and self.precision in ("fp32", "fp16"):
+            problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
         if self.compile_mode not in COMPILE_MODES:
             problems.append(f"COMPILE_MODE={self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
         if self.phase != 2:

@@ -47,7 +47,11 @@ def main() -> int:
     shape = BertShape.from_json(paths["bert_config"])
     attention = backends.choose_attention(cfg.attention)
     precision = backends.choose_precision(cfg.precision)
+    if cfg.residual_dtype == "bf16" and precision not in ("bf16", "fp8"):
+        raise ConfigError(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8; PRECISION={cfg.precision} "
+                          f"resolved to {precision} here")  # fmt: skip
     model = BertForPackedPretraining(shape, attention)
+    model.set_residual_dtype(torch.bfloat16 if cfg.residual_dtype == "bf16" else None)
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
@@ -57,6 +61,7 @@ def main() -> int:
     chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none",
+              "residual_dtype": cfg.residual_dtype,
               "compile": cfg.compile_mode if cfg.compile else "none",
               "platform": backends.platform_name()}  # fmt: skip
     for key, value in chosen.items():
