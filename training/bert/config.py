@@ -60,7 +60,7 @@ class BertConfig(RunSettings):
     residual_dtype: str = var(
         "RESIDUAL_DTYPE",
         "fp32",
-        help="fp32 | bf16 (needs PRECISION bf16 or fp8): the dtype of the residual stream (LayerNorm outputs)",
+        help="fp32 | bf16 (PRECISION bf16 or fp8 only): dtype of the residual stream (LayerNorm outputs)",
     )
     compile: bool = var("COMPILE", False, help="torch.compile the model")
     compile_mode: str = var(
@@ -77,18 +77,13 @@ class BertConfig(RunSettings):
         problems += [f"{env[name]} must be > 0" for name in positive if getattr(self, name) <= 0]
         if not 0 < self.target_accuracy < 1:
             problems.append(f"TARGET_MLM_ACCURACY={self.target_accuracy} must be in (0, 1)")
-        if self.attention not in ATTENTION_CHOICES:
-            problems.append(f"ATTENTION={self.attention!r} is not one of {', '.join(ATTENTION_CHOICES)}")
-        if self.precision not in PRECISION_CHOICES:
-            problems.append(f"PRECISION={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)}")
-        if self.fp8_backend not in FP8_BACKENDS:
-            problems.append(f"FP8_BACKEND={self.fp8_backend!r} is not one of {', '.join(FP8_BACKENDS)}")
-        if self.residual_dtype not in RESIDUAL_DTYPES:
-            problems.append(f"RESIDUAL_DTYPE={self.residual_dtype!r} is not one of {', '.join(RESIDUAL_DTYPES)}")
+        choices = {"attention": ATTENTION_CHOICES, "precision": PRECISION_CHOICES,
+                   "fp8_backend": FP8_BACKENDS, "residual_dtype": RESIDUAL_DTYPES,
+                   "compile_mode": COMPILE_MODES}  # fmt: skip
+        problems += [f"{env[name]}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
+                     for name, allowed in choices.items() if getattr(self, name) not in allowed]  # fmt: skip
         if self.residual_dtype == "bf16" and self.precision in ("fp32", "fp16"):
             problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
-        if self.compile_mode not in COMPILE_MODES:
-            problems.append(f"COMPILE_MODE={self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
         if not 1 <= self.packing_factor <= 3:
