@@ -112,7 +112,8 @@ def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
         print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
 
 
-COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}  # variant name modifiers
+COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}
+MODIFIERS = (*COMPILE_MODES, "_bf16res")  # variant name suffixes
 OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
 
 
@@ -262,7 +263,7 @@ def main() -> int:
     for variant in args.variants.split(","):
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif (name := re.sub("_cudagraphs|_maxautotune|_bf16res", "", variant.partition(":")[0])) in OURS:
+        elif (name := re.sub("|".join(MODIFIERS), "", variant.partition(":")[0])) in OURS:
             mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
             residual = torch.bfloat16 if "_bf16res" in variant else None
             runs[variant] = bench_ours(shape, pool, lens, name != "eager",

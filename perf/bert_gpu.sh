@@ -40,7 +40,7 @@ config="${work}/config_H100_1x1x50.sh"
 sed -e 's/DGXNGPU=8/DGXNGPU=1/; s/BATCHSIZE=48/BATCHSIZE=50/; s/PACKING_FACTOR=2/PACKING_FACTOR=1.3/' \
   -e 's/MAX_SAMPLES_TERMINATION=4500000 EVAL_ITER_START_SAMPLES=150000 EVAL_ITER_SAMPLES=150000/MAX_SAMPLES_TERMINATION=48750 EVAL_ITER_START_SAMPLES=16250 EVAL_ITER_SAMPLES=16250/' \
   configs/bert/config_H100_1x8x48.sh > "${config}"
-printf 'export COMPILE=1 INIT_CHECKPOINT=none NUM_EVAL_EXAMPLES=500\n' >> "${config}"
+printf 'export INIT_CHECKPOINT=none NUM_EVAL_EXAMPLES=500\n' >> "${config}"
 
 runner() {  # runner LOGDIR [VAR=VALUE...]: the config above, NEXP=1, with these overrides
   local logdir="$1" status=0

@@ -5,7 +5,7 @@ Implementations (chosen once at start by `training.common.backends.choose_attent
   everywhere (CPU included) and supports attention dropout; it computes the masked-out blocks too.
 - `sdpa_cudnn`: the same call with cuDNN's kernel first in SDPA's priority list (NVIDIA GPUs). For a
   mask with dropout SDPA otherwise picks the memory-efficient kernel, 2.3x slower on an H100
-  (perf/attention_bert.py, 2026-11-22: 1.52 vs 3.46 ms per layer, fwd+bwd).
+  (perf/attention.py bert, 2026-11-22: 1.51 vs 3.44 ms per layer, fwd+bwd).
 - `flash_attn`: flash-attn's varlen kernel over the flattened rows (`cu_seqlens`), no padding work.
 - `torch_flash`: the FlashAttention-2 varlen kernel PyTorch itself ships (ATen's
   `_flash_attention_forward` with `cu_seqlens`, CUDA), the same work as flash-attn's: attention within each
