@@ -11,7 +11,8 @@ fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block t
 --no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
 compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
 clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
-our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.fused_mlp` unless `-unfused`). A step is
+our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.fused_mlp` unless `-unfused`, its weights
+all-gathered in FP8 unless `-bf16gather`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
 the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
@@ -107,7 +108,7 @@ def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[floa
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep", "unfused"}
+    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather"}
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
@@ -119,7 +120,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if device.type != "cuda":
         initialize(model, kind, shape, device)
     backend = "native" if precision == "fp8native" else "torchao"
-    fp8 = apply_fp8(model, fp8_on, backend, "tensorwise", fsdp=mesh is not None)
+    fp8 = apply_fp8(model, fp8_on, backend, "tensorwise", fsdp=mesh is not None and "bf16gather" not in modes)
     for module in model.modules():
         if isinstance(module, MLP):
             module.fuse_fp8 = "unfused" not in modes
@@ -136,6 +137,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         model.to_empty(device=device)
         initialize(model, kind, shape, device)
         reset_fp8_state(model)
+    fp8.weights_changed(model)
     model.train()
     optimizer, _ = optim.build_optimizer(model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda")
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -171,7 +173,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         clip()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        fp8.after_optimizer_step(model)
+        fp8.weights_changed(model)
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -229,9 +231,10 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused], comma-separated (keep: "
-        "FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
-        "fp8native's MLP as three FP8 linears, not `fp8.fused_mlp`)",
+        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather], comma-separated "
+        "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
+        "fp8native's MLP as three FP8 linears, not `fp8.fused_mlp`; bf16gather: FP8 weights all-gathered "
+        "in bf16 and cast after, FP8_PARAM_GATHER=0)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

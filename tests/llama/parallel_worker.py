@@ -7,8 +7,9 @@ single-process reference, writing per-step losses and the final full weights for
 
 With PP > 1 the steps run through the trainer's pipeline schedule, and the worker also evaluates VALIDATION
 through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names. With
-FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, after PP and before TP as in the trainer);
-with TP the worker then runs its first MLP forward and backward (`mlp_gradients`) instead of training.
+FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, after PP and before TP as in the trainer;
+FP8_PARAM_GATHER=1: FSDP2 all-gathers them in FP8); with TP the worker then runs its first MLP forward and
+backward (`mlp_gradients`) instead of training.
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ def full_model() -> Llama:
     return model
 
 
-def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
+def train(model, rank_rows, accum: int, fsdp_sync=None, fp8: Fp8 | None = None) -> list[float]:
     """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step."""
     optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
     params = [p for p in model.parameters()]
+    fp8 = fp8 or Fp8()
+    fp8.weights_changed(model)
     losses = []
     for tokens, labels in batches():
         tokens, labels = rank_rows(tokens), rank_rows(labels)
@@ -76,6 +79,7 @@ def train(model, rank_rows, accum: int, fsdp_sync=None) -> list[float]:
         parallel.clip_grad_norm_(params, 0.5)  # small enough to clip: exercises the sharded norm
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        fp8.weights_changed(model)
         if dist.is_initialized():
             dist.all_reduce(total)
             total /= dist.get_world_size()
@@ -131,8 +135,8 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
     fp8 = os.environ.get("FP8_BACKEND")
     described = [parallel.apply_pp(model, mesh)]
-    if fp8:
-        apply_fp8(model, True, fp8)
+    gather = os.environ.get("FP8_PARAM_GATHER") == "1"
+    fp8_hooks = apply_fp8(model, True, fp8, fsdp=gather) if fp8 else Fp8()
     described.append(parallel.apply_tp(model, mesh))
     described.append(parallel.apply_fsdp(model, mesh, torch.float32, reshard))
     dp_rank = rank // (tp * pp)
@@ -141,7 +145,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
         share = t.shape[0] // dp
         return t[dp_rank * share : (dp_rank + 1) * share]
 
-    result = {"described": described}
+    result = {"described": [*described, fp8_hooks.description]}
     if fp8 and tp > 1:
         result["mlp"] = mlp_gradients(model)
         if rank == 0:
@@ -160,7 +164,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
         first = mesh["pp"].get_local_rank() * (SHAPE.num_layers // pp)
     else:
         sync = model.set_requires_gradient_sync if hasattr(model, "set_requires_gradient_sync") else None
-        result["losses"], first = train(model, rows, accum, sync), 0
+        result["losses"], first = train(model, rows, accum, sync, fp8_hooks), 0
     state = {}
     for name, p in model.named_parameters():
         full = p.full_tensor() if hasattr(p, "full_tensor") else p

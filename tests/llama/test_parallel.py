@@ -70,6 +70,27 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
         assert err < 0.1, f"{name}: relative error {err:.3f}"
 
 
+def test_native_fp8_all_gather_trains_as_the_bf16_gather(tmp_path):
+    """FSDP2 over 2 processes with native FP8 linears: all-gathering the weights in FP8 (each shard cast with
+    the scale of the whole weight's amax, the gathered codes unpacked from the weight's bytes) gives the same
+    losses and weights as gathering them in full precision and casting them after, bit for bit, with the
+    blocks resharded after forward (gathered again for backward) or kept gathered."""
+    runs = {}
+    for gather, reshard in ("0", "1"), ("1", "1"), ("1", "0"):
+        (tmp_path / gather / reshard).mkdir(parents=True)
+        out = run_worker(tmp_path / gather / reshard, 2, 1, 2, FP8_BACKEND="native", FP8_PARAM_GATHER=gather,
+                         RESHARD_AFTER_FORWARD=reshard)  # fmt: skip
+        runs[gather, reshard] = torch.load(out)
+    want = runs["0", "1"]
+    assert "all-gather" not in want["described"][3]
+    for key in ("1", "1"), ("1", "0"):
+        got = runs[key]
+        assert got["described"][3].endswith("FP8 all-gather of 14 weights"), got["described"][3]
+        assert got["losses"] == want["losses"], key
+        for name, value in want["state"].items():
+            assert torch.equal(got["state"][name], value), (key, name)
+
+
 def run_pipeline(tmp_path, dp: int, pp: int, **env: str) -> list[dict]:
     """The worker with PP stages (2 micro-batches per step): each rank's result."""
     out = run_worker(tmp_path, dp, 1, 2, pp, **env)

@@ -22,12 +22,13 @@ from training.common.backends import importable
 @dataclass
 class Fp8:
     """What FP8 needs from the training loop: a context around forward (Transformer Engine's autocast) and a
-    hook after each optimizer step (torchao's scale precompute for FP8 all-gathers)."""
+    hook to call whenever the weights change, once initialized and after each optimizer step (the weights'
+    scales for FP8 all-gathers: torchao's precompute, `precompute_weight_scales` for the native linear)."""
 
     backend: str = "off"
     description: str = "off"
     forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    after_optimizer_step: Callable[[nn.Module], None] = field(default=lambda model: None)
+    weights_changed: Callable[[nn.Module], None] = field(default=lambda model: None)
 
 
 def choose_fp8_backend(requested: str) -> str:
@@ -114,10 +115,22 @@ def _kernel_amax(amax: torch.Tensor | None, device) -> tuple[torch.Tensor, bool]
     return (amax, True) if amax is not None else (torch.empty((), device=device), False)
 
 
-def _cast_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale)."""
+def _cast_weight(w: torch.Tensor, gathered_scale: torch.Tensor | None = None):
+    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale). A weight all-gathered in
+    FP8 (`gathered_scale`, its scale) already holds both copies in its bytes (`_unpack`)."""
+    if gathered_scale is not None:
+        return (*_unpack(w), gathered_scale)
     scale = _scale(_amax(w), E4M3_MAX)
     return (*_cast_transpose(w, scale, torch.float8_e4m3fn), scale)
+
+
+def _unpack(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the e4m3 weight and of its transposed copy that an FP8 all-gather wrote into the first bytes
+    of the (out, in) tensor FSDP2 hands the module as its weight (`_Fp8GatheredWeight`)."""
+    n, (rows, cols) = w.numel(), w.shape
+    codes = w.view(torch.uint8).view(-1)
+    w8, w8t = codes[:n].view(torch.float8_e4m3fn), codes[n : 2 * n].view(torch.float8_e4m3fn)
+    return w8.view(rows, cols), w8t.view(cols, rows)
 
 
 def _act_cast_transpose(up, gate, scale, amax=None):
@@ -194,15 +207,16 @@ def _mlp_kernels_fault(device: torch.device, shape) -> str:
 
 def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
     """What the Triton casts get wrong on `device` against PyTorch's cast ("" if nothing): the FP8 copy, the
-    transposed copy and the amax of bf16 and float32 inputs, in both formats, compared byte for byte; then the
-    MLP's activation kernels (`_mlp_kernels_fault`). Triton 3.6 wrote wrong transposed copies of float32 tiles
-    until the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs (ROCm) may have
-    faults of their own."""
+    transposed copy and the amax of bf16, float32 and e4m3 inputs, in both formats, compared byte for byte;
+    then the MLP's activation kernels (`_mlp_kernels_fault`). Triton 3.6 wrote wrong transposed copies of
+    float32 tiles until the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs
+    (ROCm) may have faults of their own."""
     gen = torch.Generator(device).manual_seed(0)
     t = torch.randn(shape, device=device, generator=gen) * 3
     scale = torch.tensor(40.0, device=device)
+    # (FP8 inputs: the FP8 all-gather's copy of the gathered codes, `_Fp8GatheredWeight`)
     for src, dtype in itertools.product(
-        (torch.bfloat16, torch.float32), (torch.float8_e4m3fn, torch.float8_e5m2)
+        (torch.bfloat16, torch.float32, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2)
     ):
         x, amax = t.to(src), torch.zeros((), device=device)
         y, yt = _kernels.cast_transpose(x, scale, amax, dtype, True)
@@ -210,7 +224,7 @@ def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
         for name, got, ref in (("copy", y, want), ("transposed copy", yt, want.t().contiguous())):
             if not torch.equal(got.view(torch.uint8), ref.view(torch.uint8)):
                 return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
-        if float(amax) != float(x.abs().max()):
+        if float(amax) != float(x.float().abs().max()):
             return f"the amax of {shape[0]}x{shape[1]} {src}"
     return _mlp_kernels_fault(device, shape)
 
@@ -238,12 +252,12 @@ class _Fp8Matmul(torch.autograd.Function):
     gradient, w's for the input gradient."""
 
     @staticmethod
-    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax):
+    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale):
         x_scale = _scale(x_amax, E4M3_MAX)
         x8, x8t = _cast_transpose(
             x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None, True
         )
-        w8, w8t, w_scale = _cast_weight(w)
+        w8, w8t, w_scale = _cast_weight(w, w_gathered_scale)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
@@ -264,7 +278,7 @@ class _Fp8Matmul(torch.autograd.Function):
         dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
         db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         _commit(ctx.commit)
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 def _commit(pairs) -> None:
@@ -283,20 +297,22 @@ class _Fp8MLP(torch.autograd.Function):
     the same pass). The same numbers as the `Fp8Linear`s (bit for bit in PyTorch; on GPUs up to where
     Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
     recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
-    and the gradients' of y, up and gate (updated by the backward)."""
+    and the gradients' of y, up and gate (updated by the backward). `w*_gathered`: the scales of weights
+    all-gathered in FP8, or None."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next, dy_amax,
-                dup_amax, dgate_amax, update_amax):  # fmt: skip
+                dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered):  # fmt: skip
         x_scale, h_scale = _scale(x_amax, E4M3_MAX), _scale(h_amax, E4M3_MAX)
         x8, x8t = _cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None, True)
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
-        (wu8, wu8t, u_scale), (wd8, wd8t, d_scale) = _cast_weight(w_up), _cast_weight(w_down)
+        wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered)
+        wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
         up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
         gate = wg8t = g_scale = None
         if w_gate is not None:
-            wg8, wg8t, g_scale = _cast_weight(w_gate)
+            wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered)
             gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
         h8, h8t = _act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None)
         y = torch._scaled_mm(
@@ -340,7 +356,7 @@ class _Fp8MLP(torch.autograd.Function):
             dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
             dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
-        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 8
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 11
 
 
 def fusable_mlp(*linears: nn.Module | None) -> bool:
@@ -358,14 +374,18 @@ def fused_mlp(x: torch.Tensor, up: Fp8Linear, down: Fp8Linear, gate: Fp8Linear |
     w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
     y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
                       up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
-                      training)  # fmt: skip
+                      training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
+                      down.gathered_scale())  # fmt: skip
     return y.view(*x.shape[:-1], -1)
 
 
 class Fp8Linear(nn.Linear):
     """nn.Linear (same parameters and names) computing in FP8 with delayed scaling (`_Fp8Matmul`); the amax
     buffers start at the formats' maxima, so the first step casts with scale 1, as Transformer Engine. A model
-    built on the meta device calls `reset_amax` once materialized (`to_empty` leaves buffers unset)."""
+    built on the meta device calls `reset_amax` once materialized (`to_empty` leaves buffers unset). Under
+    FSDP2 its weight may be all-gathered in FP8 (`gather_weights_in_fp8`)."""
+
+    gathers_fp8 = False  # its weight is an `_Fp8GatheredWeight`, scaled by the `w_scale` buffer
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Fp8Linear:
@@ -388,11 +408,15 @@ class Fp8Linear(nn.Linear):
             return self._forward_tensor_parallel(x)
         return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax)
 
+    def gathered_scale(self) -> torch.Tensor | None:
+        """The scale its weight was all-gathered in FP8 with, or None (a plain weight, cast here)."""
+        return self.w_scale if self.gathers_fp8 else None
+
     def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
         flat = x.reshape(-1, x.shape[-1])
         # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
         training = self.training and torch.is_grad_enabled()
-        y = _Fp8Matmul.apply(flat, w, b, x_amax, x_amax_next, g_amax, training)
+        y = _Fp8Matmul.apply(flat, w, b, x_amax, x_amax_next, g_amax, training, self.gathered_scale())
         return y.view(*x.shape[:-1], -1)
 
     def _forward_tensor_parallel(self, x):
@@ -426,6 +450,123 @@ def reset_fp8_state(model: nn.Module) -> None:
             module.reset_amax()
 
 
+class _Fp8GatheredWeight(torch.Tensor):
+    """A native FP8 linear's weight under FSDP2 that is all-gathered in FP8, as Megatron's `fp8_param_gather`
+    and torchao's FP8 all-gather. Its shard is the plain tensor (the float32 master copy) for everything but
+    FSDP2's all-gather: initialization, the optimizer and the clip see its data. FSDP2 calls
+    `fsdp_pre_all_gather`, which casts the shard to e4m3 with the scale of the whole weight's amax
+    (`precompute_weight_scales`, after each optimizer step), so ranks exchange 1 byte per element instead of
+    bf16's 2, and no one casts the gathered weight again; then `fsdp_post_all_gather` writes the gathered
+    codes, row-major and transposed (what the forward's and the input gradient's GEMMs take), into the bytes
+    of the (out, in) bf16 tensor that FSDP2 gives the module as its weight (`_unpack`: the GEMMs read views;
+    its gradient is a plain bf16 one, reduce-scattered as any other)."""
+
+    # ops whose results stay this subclass (FSDP2's sharding, padding and `to_empty`; nn.Parameter's detach);
+    # any other op computes on the plain data and returns plain tensors
+    _KEEP = {
+        torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.empty_like.default,
+        torch.ops.aten.new_zeros.default, torch.ops.aten.new_empty.default, torch.ops.aten.slice.Tensor,
+        torch.ops.aten.split.Tensor, torch.ops.aten.view.default, torch.ops.aten.as_strided.default,
+        torch.ops.aten.copy_.default, torch.ops.aten.clone.default, torch.ops.aten._to_copy.default,
+    }  # fmt: skip
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, data.shape, strides=data.stride(), storage_offset=data.storage_offset(), dtype=data.dtype,
+            device=data.device, requires_grad=data.requires_grad,
+        )  # fmt: skip
+
+    def __init__(self, data: torch.Tensor):
+        self._data = data
+
+    def __repr__(self) -> str:
+        return f"_Fp8GatheredWeight({self._data!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map, tree_map_only
+
+        def plain(t):
+            return t._data if isinstance(t, cls) else t
+
+        out = func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+        return tree_map_only(torch.Tensor, cls, out) if func in cls._KEEP else out
+
+    def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        if not module.w_scale_ready:
+            raise RuntimeError(
+                "an FP8 all-gather before the weights' scales were computed: call the Fp8 hook "
+                "`weights_changed(model)` once the weights are initialized (and after each optimizer step)"
+            )
+        rows = -(-outer_size[0] // mesh.size())  # FSDP2 pads the last ranks' shards to this many rows
+        shard, e4m3 = self._data, torch.float8_e4m3fn
+        if shard.shape[0] == rows:
+            return (_cast_transpose(shard, module.w_scale, e4m3)[0],), outer_size[0]
+        codes = torch.zeros((rows, shard.shape[1]), dtype=torch.uint8, device=shard.device)
+        if shard.numel():
+            codes[: shard.shape[0]] = _cast_transpose(shard, module.w_scale, e4m3)[0].view(torch.uint8)
+        return (codes.view(e4m3),), outer_size[0]
+
+    @torch.no_grad()
+    def fsdp_post_all_gather(self, outputs, rows, param_dtype, *, out=None):
+        (codes,) = outputs
+        codes = codes[:rows]
+        weight = torch.empty(codes.shape, dtype=param_dtype, device=codes.device) if out is None else out
+        if weight.element_size() < 2:
+            raise ValueError(f"an FP8 all-gather into {param_dtype} weights (2 bytes or more needed)")
+        with torch.autograd._unsafe_preserve_version_counter(weight):  # autograd saved its views
+            w8, w8t = _unpack(weight)
+            if _kernels is not None and codes.is_cuda:  # a copy and a transposed copy, one pass
+                one = torch.ones((), device=codes.device)
+                _kernels.launch(codes, one, w8, w8t, one, update_amax=False)
+            else:
+                w8.copy_(codes)
+                w8t.copy_(codes.t())
+        return None if out is not None else (weight, (weight,))
+
+
+def gather_weights_in_fp8(model: nn.Module) -> int:
+    """Before FSDP2's `fully_shard` (and without tensor parallelism): make the native FP8 linears' weights
+    all-gathered in FP8 (`_Fp8GatheredWeight`, scaled by a new `w_scale` buffer that
+    `precompute_weight_scales` sets). Returns how many."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            w = module.weight
+            module.weight = nn.Parameter(_Fp8GatheredWeight(w.detach()), requires_grad=w.requires_grad)
+            module.register_buffer("w_scale", torch.ones((), device=w.device), persistent=False)
+            module.gathers_fp8, module.w_scale_ready = True, False
+            count += 1
+    return count
+
+
+@torch.no_grad()
+def precompute_weight_scales(model: nn.Module) -> None:
+    """The scales FP8 all-gathers cast the weights' shards with (`_Fp8GatheredWeight`): each weight's max |w|
+    over all its shards, from one fused norm and one all-reduce for the whole model. Run once the weights
+    are set (initialized, then after each optimizer step) while they are sharded."""
+    modules = [m for m in model.modules() if isinstance(m, Fp8Linear) and m.gathers_fp8]
+    if not modules:
+        return
+    weights = [m.weight for m in modules]
+    if not all(isinstance(w, DTensor) for w in weights):
+        raise RuntimeError(
+            "precompute_weight_scales runs on FSDP2-sharded weights (after fully_shard, resharded)"
+        )
+    shards = [w.to_local() for w in weights]
+    # (a rank's shard may be empty, which has no infinity norm: a 0 stands in)
+    shards = [s._data if isinstance(s, _Fp8GatheredWeight) else s for s in shards]
+    shards = [s if s.numel() else s.new_zeros(1) for s in shards]
+    amax = torch.stack(torch._foreach_norm(shards, float("inf"))).float()
+    torch.distributed.all_reduce(
+        amax, torch.distributed.ReduceOp.MAX, group=weights[0].device_mesh.get_group()
+    )
+    torch._foreach_copy_([m.w_scale for m in modules], list(_scale(amax, E4M3_MAX).unbind()))
+    for m in modules:
+        m.w_scale_ready = True
+
+
 def _swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
     swapped = 0
     for fqn, module in list(model.named_modules()):
@@ -440,8 +581,9 @@ def apply_fp8(
     model: nn.Module, enabled: bool, backend: str = "auto", recipe: str = "tensorwise", fsdp: bool = False
 ) -> Fp8:
     """Swap the blocks' linear layers for FP8 ones: Transformer Engine's (delayed scaling, HYBRID format,
-    amax history 4, most recent: AMD's and NVIDIA's recipe) or torchao's float8 training (dynamic
-    `recipe` scaling; with FSDP2, weights are all-gathered in FP8)."""
+    amax history 4, most recent: AMD's and NVIDIA's recipe), torchao's float8 training (dynamic `recipe`
+    scaling) or our own (`native`). `fsdp`: FSDP2 will shard the model without tensor parallelism, and
+    torchao's (tensorwise) and the native weights are then all-gathered in FP8."""
     if not enabled:
         return Fp8()
     backend = choose_fp8_backend(backend)
@@ -476,10 +618,12 @@ def apply_fp8(
     if backend == "native":
         swapped = _swap_linears(model, Fp8Linear.from_linear)
         casts = _choose_casts()
+        gather = f", FP8 all-gather of {gather_weights_in_fp8(model)} weights" if fsdp else ""
         return Fp8(
             "native",
             f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, casts in {casts}), "
-            f"{swapped} linear layers",
+            f"{swapped} linear layers{gather}",
+            weights_changed=precompute_weight_scales,
         )
     from torchao.float8 import (
         Float8LinearConfig,
@@ -503,5 +647,5 @@ def apply_fp8(
     return Fp8(
         "torchao",
         f"torchao float8 {recipe}{gather}, {swapped} linear layers",
-        after_optimizer_step=after_step,
+        weights_changed=after_step,
     )

@@ -102,6 +102,11 @@ class LlamaPretrainConfig(RunSettings):
         help="auto (Transformer Engine, else torchao) | te | torchao | native (ours: delayed scaling)",
     )
     fp8_recipe: str = var("FP8_RECIPE", "tensorwise", help="torchao recipe: tensorwise | rowwise")
+    fp8_param_gather: bool = var(
+        "FP8_PARAM_GATHER",
+        True,
+        help="FSDP2 (without TP) all-gathers the FP8 linears' weights in FP8 (torchao tensorwise, native)",
+    )
     activation_checkpointing: bool = var("ACTIVATION_CHECKPOINTING", False)
     reshard_after_forward: bool = var(
         "RESHARD_AFTER_FORWARD", True, help="0: FSDP2 keeps every block gathered from forward to backward"

@@ -73,7 +73,8 @@ def main() -> int:
     if not on_gpu:
         model.init_weights()  # full weights, identical on every rank, then sharded by the apply_* below
     pipeline = parallel.apply_pp(model, mesh)
-    fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=par.dp * par.cp > 1)
+    fp8_gather = cfg.fp8_param_gather and par.dp * par.cp > 1 and par.tp == 1  # FSDP2 without TP
+    fp8 = apply_fp8(model, cfg.fp8, cfg.fp8_backend, cfg.fp8_recipe, fsdp=fp8_gather)
     if fp8.backend == "native" and par.tp == 1:  # each MLP's three FP8 linears run as one function
         fp8.description += ", MLPs fused (fp8.fused_mlp)"
     chosen = {
@@ -95,6 +96,7 @@ def main() -> int:
         model.to_empty(device=info.device)
         model.init_weights()
         reset_fp8_state(model)
+    fp8.weights_changed(model)  # (the scales of FP8 all-gathers)
     optimizer, impl = optim.build_optimizer(
         model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu
     )
@@ -176,7 +178,7 @@ def main() -> int:
         grad_norm = parallel.clip_grad_norm_(params, GRAD_CLIP_NORM, stages, optimizer)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        fp8.after_optimizer_step(model)
+        fp8.weights_changed(model)
         step += 1
         samples += cfg.global_batch_size
         window_samples += cfg.global_batch_size
