@@ -198,6 +198,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     result = {
         "ms": ms,
         "spread_ms": [min(times), max(times)],
+        "times_ms": [round(t, 1) for t in times],
         "tokens_per_s_per_gpu": tokens_per_gpu,
         "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
         "peak_gib": float(peak),
