@@ -177,6 +177,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_accumulated_memory_stats()
     t0 = time.perf_counter()
     step()  # the first step compiles
     first_step_s = time.perf_counter() - t0
@@ -193,6 +194,11 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
     )
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    retries = torch.tensor(  # the caching allocator freeing cached blocks to satisfy one (a device sync)
+        torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else 0,
+        device=device,
+    )
+    dist.all_reduce(retries, op=dist.ReduceOp.MAX)
     ms = statistics.median(times)
     tokens_per_gpu = args.accum * args.mbs * args.seq / ms * 1e3
     result = {
@@ -202,6 +208,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "tokens_per_s_per_gpu": tokens_per_gpu,
         "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
         "peak_gib": float(peak),
+        "alloc_retries": int(retries),
         "first_step_s": first_step_s,
         "first_loss": float(losses[0]),
         "last_loss": float(losses[-1]),

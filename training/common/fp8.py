@@ -450,6 +450,9 @@ def reset_fp8_state(model: nn.Module) -> None:
             module.reset_amax()
 
 
+_ONES: dict[torch.device, torch.Tensor] = {}  # the scale of a plain copy, per device
+
+
 class _Fp8GatheredWeight(torch.Tensor):
     """A native FP8 linear's weight under FSDP2 that is all-gathered in FP8, as Megatron's `fp8_param_gather`
     and torchao's FP8 all-gather. Its shard is the plain tensor (the float32 master copy) for everything but
@@ -500,13 +503,14 @@ class _Fp8GatheredWeight(torch.Tensor):
                 "`weights_changed(model)` once the weights are initialized (and after each optimizer step)"
             )
         rows = -(-outer_size[0] // mesh.size())  # FSDP2 pads the last ranks' shards to this many rows
-        shard, e4m3 = self._data, torch.float8_e4m3fn
-        if shard.shape[0] == rows:
-            return (_cast_transpose(shard, module.w_scale, e4m3)[0],), outer_size[0]
-        codes = torch.zeros((rows, shard.shape[1]), dtype=torch.uint8, device=shard.device)
-        if shard.numel():
-            codes[: shard.shape[0]] = _cast_transpose(shard, module.w_scale, e4m3)[0].view(torch.uint8)
-        return (codes.view(e4m3),), outer_size[0]
+        shard, n = self._data, self._data.shape[0]
+        codes = torch.empty((rows, shard.shape[1]), dtype=torch.float8_e4m3fn, device=shard.device)
+        codes[n:].view(torch.uint8).zero_()
+        if n and _kernels is not None and shard.is_cuda:  # the cast alone, no transposed copy
+            _kernels.launch(shard, module.w_scale, codes[:n], None, module.w_scale, update_amax=False)
+        elif n:
+            codes[:n] = _cast(shard, module.w_scale, codes.dtype)
+        return (codes,), outer_size[0]
 
     @torch.no_grad()
     def fsdp_post_all_gather(self, outputs, rows, param_dtype, *, out=None):
@@ -518,7 +522,7 @@ class _Fp8GatheredWeight(torch.Tensor):
         with torch.autograd._unsafe_preserve_version_counter(weight):  # autograd saved its views
             w8, w8t = _unpack(weight)
             if _kernels is not None and codes.is_cuda:  # a copy and a transposed copy, one pass
-                one = torch.ones((), device=codes.device)
+                one = _ONES.setdefault(codes.device, torch.ones((), device=codes.device))
                 _kernels.launch(codes, one, w8, w8t, one, update_amax=False)
             else:
                 w8.copy_(codes)

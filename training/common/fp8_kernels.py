@@ -27,7 +27,7 @@ from torch.library import triton_op, wrap_triton
 @triton.jit
 def _cast_transpose_kernel(
     x_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr
+    BN: tl.constexpr, TRANS: tl.constexpr = True
 ):  # fmt: skip
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -36,15 +36,16 @@ def _cast_transpose_kernel(
     x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0).to(tl.float32)
     y = tl.clamp(x * scale, -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=mask)
-    mask_t = (rn[:, None] < N) & (rm[None, :] < M)
-    if x_ptr.dtype.element_ty == tl.float32:
-        # Triton 3.6 transposed full tiles loaded from float32 wrongly (on an H200, with tl.trans of the
-        # FP8 or of the float32 tile; bf16 right): read the tile again in transposed order (from cache)
-        xt = tl.load(x_ptr + rm[None, :] * N + rn[:, None], mask=mask_t, other=0.0)
-        yt = tl.clamp(xt * scale, -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
-    else:
-        yt = tl.trans(y)
-    tl.store(yt_ptr + rn[:, None] * M + rm[None, :], yt, mask=mask_t)
+    if TRANS:
+        mask_t = (rn[:, None] < N) & (rm[None, :] < M)
+        if x_ptr.dtype.element_ty == tl.float32:
+            # Triton 3.6 transposed full tiles loaded from float32 wrongly (on an H200, with tl.trans of the
+            # FP8 or of the float32 tile; bf16 right): read the tile again in transposed order (from cache)
+            xt = tl.load(x_ptr + rm[None, :] * N + rn[:, None], mask=mask_t, other=0.0)
+            yt = tl.clamp(xt * scale, -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+        else:
+            yt = tl.trans(y)
+        tl.store(yt_ptr + rn[:, None] * M + rm[None, :], yt, mask=mask_t)
     if AMAX:
         tl.atomic_max(amax_ptr, tl.max(tl.abs(x)))
 
@@ -133,12 +134,14 @@ BLOCK = (64, 64, 4)  # rows, columns, warps per program: `perf/parts.py fp8-cast
 
 
 def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK) -> None:
+    """The cast of the matrix t into y and, unless yt is None, yt (the kernel of `cast_transpose`)."""
     (m, n), (bm, bn, warps) = t.shape, block
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     fmax = torch.finfo(y.dtype).max
     wrap_triton(_cast_transpose_kernel)[grid](
-        t, scale, y, yt, amax, m, n, FMAX=fmax, AMAX=update_amax, BM=bm, BN=bn, num_warps=warps
-    )
+        t, scale, y, y if yt is None else yt, amax, m, n, FMAX=fmax, AMAX=update_amax, BM=bm, BN=bn,
+        TRANS=yt is not None, num_warps=warps,
+    )  # fmt: skip
 
 
 def _fp8_pair(m: int, n: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
