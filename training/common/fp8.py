@@ -507,7 +507,7 @@ class _Fp8GatheredWeight(torch.Tensor):
         codes = torch.empty((rows, shard.shape[1]), dtype=torch.float8_e4m3fn, device=shard.device)
         codes[n:].view(torch.uint8).zero_()
         if n and _kernels is not None and shard.is_cuda:  # the cast alone, no transposed copy
-            _kernels.launch(shard, module.w_scale, codes[:n], None, module.w_scale, update_amax=False)
+            _kernels.launch(shard, module.w_scale, codes[:n], None, module.w_scale, False, eager=True)
         elif n:
             codes[:n] = _cast(shard, module.w_scale, codes.dtype)
         return (codes,), outer_size[0]
@@ -522,8 +522,10 @@ class _Fp8GatheredWeight(torch.Tensor):
         with torch.autograd._unsafe_preserve_version_counter(weight):  # autograd saved its views
             w8, w8t = _unpack(weight)
             if _kernels is not None and codes.is_cuda:  # a copy and a transposed copy, one pass
-                one = _ONES.setdefault(codes.device, torch.ones((), device=codes.device))
-                _kernels.launch(codes, one, w8, w8t, one, update_amax=False)
+                one = _ONES.get(codes.device)
+                if one is None:
+                    one = _ONES[codes.device] = torch.ones((), device=codes.device)
+                _kernels.launch(codes, one, w8, w8t, one, False, eager=True)
             else:
                 w8.copy_(codes)
                 w8t.copy_(codes.t())

@@ -133,12 +133,14 @@ def _gelu_backward_kernel(
 BLOCK = (64, 64, 4)  # rows, columns, warps per program: `perf/parts.py fp8-cast` times the alternatives
 
 
-def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK) -> None:
-    """The cast of the matrix t into y and, unless yt is None, yt (the kernel of `cast_transpose`)."""
+def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK, eager: bool = False) -> None:
+    """The cast of the matrix t into y and, unless yt is None, yt (the kernel of `cast_transpose`). `eager`:
+    for callers never traced (FSDP2's all-gather hooks), the kernel itself, without the traceable wrapper's
+    dispatch per call."""
     (m, n), (bm, bn, warps) = t.shape, block
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     fmax = torch.finfo(y.dtype).max
-    wrap_triton(_cast_transpose_kernel)[grid](
+    (_cast_transpose_kernel if eager else wrap_triton(_cast_transpose_kernel))[grid](
         t, scale, y, y if yt is None else yt, amax, m, n, FMAX=fmax, AMAX=update_amax, BM=bm, BN=bn,
         TRANS=yt is not None, num_warps=warps,
     )  # fmt: skip
