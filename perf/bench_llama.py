@@ -86,17 +86,21 @@ def logits_of(model, kind: str, tokens: torch.Tensor) -> torch.Tensor:
     return model(tokens) if kind == "ours" else model(input_ids=tokens, use_cache=False).logits
 
 
-def time_steps(step, warmup: int, steps: int, device: torch.device) -> list[float]:
-    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU."""
+def time_steps(step, warmup: int, steps: int, device: torch.device, host: list | None = None) -> list[float]:
+    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU. On a GPU `host` (if given) gets the
+    milliseconds the CPU took to issue each step: near the step's own time, the step waits on the CPU."""
     for _ in range(warmup):
         step()
     times = []
     for _ in range(steps):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
             start.record()
             step()
             end.record()
+            if host is not None:
+                host.append((time.perf_counter() - t0) * 1e3)
             end.synchronize()
             times.append(start.elapsed_time(end))
         else:
@@ -181,7 +185,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     t0 = time.perf_counter()
     step()  # the first step compiles
     first_step_s = time.perf_counter() - t0
-    times = time_steps(step, args.warmup, args.steps, device)
+    host: list[float] = []
+    times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile and device.type == "cuda" and dist.get_rank() == 0:
         from perf.bench_bert import print_profile
 
@@ -205,6 +210,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "ms": ms,
         "spread_ms": [min(times), max(times)],
         "times_ms": [round(t, 1) for t in times],
+        "host_ms": statistics.median(host) if host else None,
         "tokens_per_s_per_gpu": tokens_per_gpu,
         "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
         "peak_gib": float(peak),
