@@ -8,9 +8,10 @@ Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaFor
 config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
 both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
---no-compile, AdamW (fused) with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's,
-compiled with the blocks, and its clip folded into AdamW's kernel; HF: eager, as its own loss, and torch's
-clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
+--no-compile, AdamW with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's loss,
+compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless `-torchadamw`) with the clip folded into
+its kernel; HF: eager, as its own loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear
+layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
 our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.fused_mlp` unless `-unfused`, its weights
 all-gathered in FP8 unless `-bf16gather`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
@@ -112,7 +113,7 @@ def time_steps(step, warmup: int, steps: int, device: torch.device, host: list |
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather"}
+    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw"}
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
@@ -143,7 +144,11 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         reset_fp8_state(model)
     fp8.weights_changed(model)
     model.train()
-    optimizer, _ = optim.build_optimizer(model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda")
+    # ours: the trainer's AdamW (in Triton where it runs); the peer and `-torchadamw`: torch's fused AdamW
+    adamw = "auto" if kind == "ours" and "torchadamw" not in modes else "torch"
+    optimizer, adamw = optim.build_optimizer(
+        model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl=adamw
+    )
     params = [p for group in optimizer.param_groups for p in group["params"]]
     g = torch.Generator(device=device).manual_seed(1 + dist.get_rank())
     pool = [
@@ -220,6 +225,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "last_loss": float(losses[-1]),
         "compiled": compiled,
         "fp8": fp8.description,
+        "optimizer": adamw,
         "compute": "bf16" if device.type == "cuda" else "fp32 (CPU smoke test)",
     }
     return result
@@ -248,7 +254,7 @@ def main() -> int:
         help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather], comma-separated "
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
         "fp8native's MLP as three FP8 linears, not `fp8.fused_mlp`; bf16gather: FP8 weights all-gathered "
-        "in bf16 and cast after, FP8_PARAM_GATHER=0)",
+        "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

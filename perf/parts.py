@@ -4,7 +4,7 @@
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
 float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
-folded into its `grad_scale` (no separate pass over the gradients).
+folded into its `grad_scale` (no separate pass over the gradients); and ours (`fused_adamw.TritonAdamW`).
 llama-gemm: the block's projections at 8192 tokens, fwd + bwd: q/k/v as three linears vs one fused, gate/up as
 two vs one; bf16 and torchao float8 (tensorwise), compiled.
 llama-ce: final projection to the 128,256-entry vocabulary and float32 cross-entropy, fwd + bwd: eager (what
@@ -88,6 +88,16 @@ def llama_optim() -> None:
     timed(results, "fused AdamW step", opt.step, 0)
     timed(results, "clip_grad_norm_ + fused AdamW (the trainer now)", lambda: (clip(), opt.step()), 0)
     timed(results, "norm + fused AdamW with grad_scale (clip folded in)", folded, 0)
+    from training.llama.fused_adamw import TritonAdamW, adamw_fault
+
+    ours = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1)
+    ours.step()
+    timed(
+        results, f"ours: TritonAdamW step (check against torch's: {adamw_fault(DEV) or 'ok'})", ours.step, 0
+    )
+    gb = 28 * n / 1e9  # read parameter, gradient, both moments; write parameter and moments
+    for name, ms, _ in (results[3], results[-1]):  # torch's fused AdamW step, ours
+        print(f"{name}: {gb / ms:.2f} TB/s ({gb:.0f} GB per step)")
     table(
         f"Llama 3.1 8B update, one rank of 4: {n / 1e9:.2f}e9 fp32 parameters in {len(params)} tensors",
         results,

@@ -107,6 +107,11 @@ class LlamaPretrainConfig(RunSettings):
         True,
         help="FSDP2 (without TP) all-gathers the FP8 linears' weights in FP8 (torchao tensorwise, native)",
     )
+    adamw_impl: str = var(
+        "ADAMW_IMPL",
+        "auto",
+        help="auto (GPUs: ours in Triton where it matches torch's fused AdamW there, else torch's) | torch",
+    )
     activation_checkpointing: bool = var("ACTIVATION_CHECKPOINTING", False)
     reshard_after_forward: bool = var(
         "RESHARD_AFTER_FORWARD", True, help="0: FSDP2 keeps every block gathered from forward to backward"
@@ -152,6 +157,7 @@ class LlamaPretrainConfig(RunSettings):
             ("PRECISION", self.precision, PRECISIONS),
             ("FP8_BACKEND", self.fp8_backend, FP8_BACKENDS),
             ("FP8_RECIPE", self.fp8_recipe, FP8_RECIPES),
+            ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch")),
             ("ATTENTION", self.attention, ATTENTIONS),
         ):
             if value not in choices:

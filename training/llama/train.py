@@ -98,7 +98,7 @@ def main() -> int:
         reset_fp8_state(model)
     fp8.weights_changed(model)  # (the scales of FP8 all-gathers)
     optimizer, impl = optim.build_optimizer(
-        model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu
+        model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu, impl=cfg.adamw_impl
     )
     chosen["optimizer"] = f"AdamW ({impl})"
     schedule = (
