@@ -532,6 +532,13 @@ class _Fp8GatheredWeight(torch.Tensor):
         return None if out is not None else (weight, (weight,))
 
 
+def local_data(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under a DTensor (its local shard) and under an `_Fp8GatheredWeight`."""
+    if isinstance(t, DTensor):
+        t = t._local_tensor
+    return t._data if isinstance(t, _Fp8GatheredWeight) else t
+
+
 def gather_weights_in_fp8(model: nn.Module) -> int:
     """Before FSDP2's `fully_shard` (and without tensor parallelism): make the native FP8 linears' weights
     all-gathered in FP8 (`_Fp8GatheredWeight`, scaled by a new `w_scale` buffer that
@@ -560,10 +567,8 @@ def precompute_weight_scales(model: nn.Module) -> None:
         raise RuntimeError(
             "precompute_weight_scales runs on FSDP2-sharded weights (after fully_shard, resharded)"
         )
-    shards = [w.to_local() for w in weights]
     # (a rank's shard may be empty, which has no infinity norm: a 0 stands in)
-    shards = [s._data if isinstance(s, _Fp8GatheredWeight) else s for s in shards]
-    shards = [s if s.numel() else s.new_zeros(1) for s in shards]
+    shards = [s if s.numel() else s.new_zeros(1) for s in map(local_data, weights)]
     amax = torch.stack(torch._foreach_norm(shards, float("inf"))).float()
     torch.distributed.all_reduce(
         amax, torch.distributed.ReduceOp.MAX, group=weights[0].device_mesh.get_group()

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from training.common.fp8 import local_data
+
 BLOCK = 4096
 
 
@@ -41,15 +43,6 @@ def _adamw_kernel(
     tl.store(v_ptr + offs, v, mask=mask)
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """The plain tensor under a DTensor (and under an FP8-gathered weight's wrapper)."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(t, DTensor):
-        t = t._local_tensor
-    return getattr(t, "_data", t)
-
-
 class TritonAdamW(torch.optim.Optimizer):
     """torch.optim.AdamW's update for float32 parameters on a GPU, one Triton launch per parameter. Like
     torch's fused AdamW (`defaults["fused"]`) it takes the clip's coefficient as `grad_scale`."""
@@ -67,16 +60,17 @@ class TritonAdamW(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                state = self.state[p]
+                param, grad, state = local_data(p), local_data(p.grad), self.state[p]
+                if param.dtype != torch.float32 or not (param.is_contiguous() and grad.is_contiguous()):
+                    raise ValueError(
+                        f"TritonAdamW takes contiguous float32 parameters and gradients, not {param.dtype} "
+                        f"{tuple(param.shape)} (contiguous: {param.is_contiguous()}, {grad.is_contiguous()})"
+                    )
                 if not state:
                     state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(_local(p), memory_format=torch.contiguous_format)
-                    state["exp_avg_sq"] = torch.zeros_like(_local(p), memory_format=torch.contiguous_format)
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
                 state["step"] += 1
                 step = state["step"]
-                param, grad = _local(p), _local(p.grad)
-                if param.dtype != torch.float32 or not param.is_contiguous() or not grad.is_contiguous():
-                    raise ValueError(f"TritonAdamW takes contiguous float32 parameters, not {param.dtype}")
                 n = param.numel()
                 if n == 0:
                     continue
