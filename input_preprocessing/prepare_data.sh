@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
 # Prepare a benchmark's data inside its image, e.g. (BERT, as in AMD's and NVIDIA's instructions):
 #   ./input_preprocessing/prepare_data.sh --outputdir /bert_data --packed-data
-# The image says which benchmark through BENCHMARK (default: bert); all flags go to that benchmark's script.
+# The image says which benchmark through BENCHMARK (default: bert); the benchmark table
+# (training/benchmarks.py) names its script, and all flags go to it.
 set -euo pipefail
 
 readonly benchmark="${BENCHMARK:-bert}"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-readonly here
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly repo
 
-case "${benchmark}" in
-  bert) exec "${here}/bert/prepare_data.sh" "$@" ;;
-  llama31_8b) exec "${here}/llama/prepare_data.sh" "$@" ;;
-  *)
-    echo "prepare_data.sh: BENCHMARK=${benchmark} has no data preparation here (known: bert, llama31_8b)" >&2
-    exit 2
-    ;;
-esac
+script=$(cd "${repo}" && "${PYTHON:-python3}" -m training.benchmarks get "${benchmark}" prepare) || exit 2
+exec "${repo}/${script}" "$@"

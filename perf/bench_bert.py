@@ -4,7 +4,7 @@
 
 Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
-(our own delayed-scaling FP8 linear, training.common.fp8.Fp8Linear, each FFN fused into `fp8.fused_mlp`),
+(our own delayed-scaling FP8 linear, training.fp8.native.Fp8Linear, each FFN fused into `FusedFp8MLP`),
 compiled_fp8native_unfused (the same, the FFN as two FP8 linears). In a compiled variant's name `_cudagraphs`
 adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs), `_maxautotune`
 mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels),
@@ -36,11 +36,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.bert import data  # noqa: E402
+from training.bert.attention import choose_attention  # noqa: E402
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step  # noqa: E402
 from training.bert.optim import Lamb, param_groups  # noqa: E402
-from training.bert.train import apply_compile, apply_data_parallel, autocast_context, train_step  # noqa: E402
-from training.common import backends, dist  # noqa: E402
-from training.common.fp8 import apply_fp8  # noqa: E402
+from training.bert.train import (  # noqa: E402
+    apply_compile,
+    apply_data_parallel,
+    autocast_context,
+    fp8_settings,
+    train_step,
+)
+from training.common import dist  # noqa: E402
+from training.fp8 import apply_fp8  # noqa: E402
 
 SEQ, MAX_PRED = 512, 76
 ROWS = 48  # rows per step; --rows changes it
@@ -135,11 +142,11 @@ def bench_ours(
 ):
     torch.manual_seed(0)
     info = dist.init_distributed()
-    model = BertForPackedPretraining(shape, backends.choose_attention(attention)).to(device)
+    model = BertForPackedPretraining(shape, choose_attention(attention)).to(device)
     model.set_residual_dtype(residual_dtype)
-    fp8 = apply_fp8(model, precision == "fp8", fp8_backend)
-    for layer in model.layers:
-        layer.fuse_fp8 = fuse_fp8
+    # the trainer's FP8 settings (each FFN fused with the native backend), or the FFNs linear by linear
+    settings = fp8_settings(fp8_backend, fuse_fp8) if precision == "fp8" else None
+    fp8 = apply_fp8(model, settings)
     optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
     train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
     batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
@@ -283,7 +290,7 @@ def main() -> int:
         say(f"  {variant}: {json.dumps(r)}", flush=True)
         torch.cuda.empty_cache()
     if any(v.startswith("compiled") for v in runs):
-        results["attention"] = backends.choose_attention(args.attention)
+        results["attention"] = choose_attention(args.attention)
         results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(
             shape, pool, device, results["attention"]
         )

@@ -4,16 +4,17 @@
         [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
     torchrun --nproc_per_node=2 perf/bench_llama.py --tiny        # CPU (gloo) smoke test of this script
 
-Full Llama 3.1 8B (ours: training.llama.model.Llama; peer: transformers.LlamaForCausalLM built from the same
+Full Llama 3.1 8B (ours: training.llama.model.Llama through the trainer's own features and step,
+`parallel.apply_features` and `step.train_step`; peer: transformers.LlamaForCausalLM built from the same
 config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
 both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
 --no-compile, AdamW with clipping at 1.0, float32 cross-entropy on random tokens (ours: the trainer's loss,
 compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless `-torchadamw`) with the clip folded into
-its kernel; HF: eager, as its own loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear
-layers) is torchao float8 (`fp8`: tensorwise, FP8 all-gather) or
-our own (`fp8native`: `Fp8Linear`, its MLP fused into `fp8.fused_mlp` unless `-unfused`, its weights
-all-gathered in FP8 unless `-bf16gather`). A step is
+its kernel, and the loss averaged over ranks as the trainer logs it; HF: eager, as its own loss, torch's fused
+AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8
+all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP fused (`FusedFp8MLP`) unless
+`-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
 the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
@@ -39,9 +40,10 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.common import backends  # noqa: E402
-from training.common.fp8 import apply_fp8, reset_fp8_state  # noqa: E402
+from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, reset_after_materialize  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.model import MLP, PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
+from training.llama.step import Step, train_step  # noqa: E402
 
 TINY = LlamaShape(
     num_layers=2,
@@ -83,10 +85,6 @@ def initialize(model, kind: str, shape: LlamaShape, device: torch.device) -> Non
     model.model.rotary_emb = fresh.to(device)
 
 
-def logits_of(model, kind: str, tokens: torch.Tensor) -> torch.Tensor:
-    return model(tokens) if kind == "ours" else model(input_ids=tokens, use_cache=False).logits
-
-
 def time_steps(step, warmup: int, steps: int, device: torch.device, host: list | None = None) -> list[float]:
     """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU. On a GPU `host` (if given) gets the
     milliseconds the CPU took to issue each step: near the step's own time, the step waits on the CPU."""
@@ -124,28 +122,39 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     model = build(kind, shape, device)
     if device.type != "cuda":
         initialize(model, kind, shape, device)
-    backend = "native" if precision == "fp8native" else "torchao"
-    fp8 = apply_fp8(model, fp8_on, backend, "tensorwise", fsdp=mesh is not None and "bf16gather" not in modes)
-    for module in model.modules():
-        if isinstance(module, MLP):
-            module.fuse_fp8 = "unfused" not in modes
-    if args.ac:
-        if kind == "ours":
-            parallel.apply_activation_checkpointing(model, True)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    parallel.apply_compile(model, compiled)
-    parallel.apply_fsdp(
-        model, mesh, torch.bfloat16 if device.type == "cuda" else torch.float32, "keep" not in modes
+    ours = kind == "ours"
+    fp8_settings = None
+    if fp8_on:
+        fp8_settings = Fp8Settings(
+            backend="native" if precision == "fp8native" else "torchao",
+            gather_in_fp8=mesh is not None and "bf16gather" not in modes,
+            fuse_mlp=MlpLayout(MLP, "up_proj", "down_proj", "gate_proj")
+            if ours and "unfused" not in modes
+            else None,
+        )
+    features = parallel.Features(
+        fp8=fp8_settings,
+        activation_checkpointing=args.ac and ours,
+        compile=compiled,
+        param_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+        reshard_after_forward="keep" not in modes,
     )
+    if ours:  # the trainer's features, in the trainer's order
+        fp8, _ = parallel.apply_features(model, mesh, features)
+    else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing
+        fp8 = apply_fp8(model, fp8_settings)
+        if args.ac:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        parallel.apply_compile(model, compiled)
+        parallel.apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
     if device.type == "cuda":
         model.to_empty(device=device)
         initialize(model, kind, shape, device)
-        reset_fp8_state(model)
+        reset_after_materialize(model)
     fp8.weights_changed(model)
     model.train()
     # ours: the trainer's AdamW (in Triton where it runs); the peer and `-torchadamw`: torch's fused AdamW
-    adamw = "auto" if kind == "ours" and "torchadamw" not in modes else "torch"
+    adamw = "auto" if ours and "torchadamw" not in modes else "torch"
     optimizer, adamw = optim.build_optimizer(
         model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl=adamw
     )
@@ -159,27 +168,30 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     autocast = contextlib.nullcontext()
     if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
         autocast = torch.autocast("cuda", torch.bfloat16)
+    world = dist.get_world_size()
+    layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
+    # ours: the trainer's own step (`training.llama.step.train_step`: its loss, compiled with the blocks, and
+    # its clip, folded into the fused AdamW); the peer: what a user of Hugging Face's model writes, its
+    # float32 cross-entropy and torch's clip_grad_norm_
+    loss_fn = compiled_cross_entropy if compiled else cross_entropy
+    trainer_step = Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8)
 
-    # ours: the trainer's loss (compiled with the blocks) and clip (folded into the fused AdamW); the peer:
-    # what a user of Hugging Face's model writes, its float32 cross-entropy and torch's clip_grad_norm_
-    ours = kind == "ours"
-    loss_fn = compiled_cross_entropy if ours and compiled else cross_entropy
-
-    def clip():
-        if ours:
-            return parallel.clip_grad_norm_(params, 1.0, optimizer=optimizer)
-        return torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+    def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(b[:, :-1], b[:, 1:]) for b in (next(it) for _ in range(args.accum))]
 
     def step():
-        for micro in range(args.accum):  # both models: FSDP2 reduce-scatters after the last micro-batch only
-            batch = next(it)
+        if ours:
+            loss, _ = train_step(trainer_step, micro_batches(), 1e-4)
+            losses.append(loss)
+            return
+        for micro, (tokens, labels) in enumerate(micro_batches()):  # FSDP2 reduce-scatters after the last
             if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(micro == args.accum - 1)
             with autocast, fp8.forward_context():
-                loss = loss_fn(logits_of(model, kind, batch[:, :-1]), batch[:, 1:])
+                loss = cross_entropy(model(input_ids=tokens, use_cache=False).logits, labels)
             (loss / args.accum).backward()
             losses.append(loss.detach())
-        clip()
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         fp8.weights_changed(model)
@@ -253,7 +265,7 @@ def main() -> int:
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
         help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather], comma-separated "
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
-        "fp8native's MLP as three FP8 linears, not `fp8.fused_mlp`; bf16gather: FP8 weights all-gathered "
+        "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
         "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch)",
     )
     ap.add_argument("--steps", type=int, default=10)

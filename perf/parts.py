@@ -13,7 +13,7 @@ bert-gemm: the 3 GEMMs (forward, input gradient, weight gradient) of each of BER
 at 48 x 512 tokens, bf16 `mm` vs `torch._scaled_mm` FP8 (e4m3 x e4m3 forward, e5m2 x e4m3 gradients,
 operands already cast and laid out: the upper bound of what FP8 can save on the GEMMs alone).
 fp8-cast: the native FP8 linear's cast + transpose (+ amax) of one matrix: the Triton kernel
-(`training.common.fp8_kernels`) checked bit for bit against PyTorch's cast, and timed against the same
+(`training.fp8.kernels`) checked bit for bit against PyTorch's cast, and timed against the same
 written in PyTorch and compiled, each in a CUDA graph (GB/s counts the bytes read and written once).
 fp8-linear: one linear of each of BERT-Large's and Llama 3.1 8B's shapes, compiled, fwd + bwd: bf16
 `nn.Linear` vs `Fp8Linear` with its casts in PyTorch vs in the Triton kernel; the two FP8 paths' outputs and
@@ -21,9 +21,9 @@ gradients compared, and each one's amax checked (the true maxima after a step, u
 forward).
 fp8-mlp: Llama 3.1 8B's MLP (SwiGLU, 4096 -> 14336 -> 4096) at 8192 tokens and BERT-Large's FFN (GELU, 1024
 -> 4096 -> 1024, biases) at 48 x 512 tokens, compiled, fwd + bwd: bf16 vs native FP8 linear by linear vs
-fused (`fp8.fused_mlp`: x cast once, the activation and its gradients written only in FP8 by the Triton
+fused (`FusedFp8MLP`: x cast once, the activation and its gradients written only in FP8 by the Triton
 kernels); the fused output and gradients against the unfused ones, and the kernels checked against PyTorch at
-these shapes (`fp8.triton_casts_fault`).
+these shapes (`training.fp8.casts.triton_casts_fault`).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
@@ -220,24 +220,24 @@ def timed_graphed(results: list, name: str, fn, work: float, calls: int = 10) ->
 
 
 def fp8_cast() -> None:
-    from training.common import fp8, fp8_kernels
+    from training.fp8 import casts, kernels
 
     def torch_path(t, scale, dtype, amax):
         amax.copy_(t.abs().amax().float())
-        t8 = fp8._cast(t, scale, dtype)
+        t8 = casts.cast(t, scale, dtype)
         return t8, t8.t().contiguous()
 
     compiled = torch.compile(torch_path)
     results = []
     for m, n in ((24576, 1024), (24576, 4096), (8192, 4096), (8192, 14336)):
-        fault = fp8.triton_casts_fault(DEV, (m, n))  # bf16 and float32 inputs, both formats
+        fault = casts.triton_casts_fault(DEV, (m, n))  # bf16 and float32 inputs, both formats
         assert not fault, f"the Triton kernel got {fault} wrong"
         t = torch.randn(m, n, device=DEV, dtype=BF16) * 3
         scale, amax = torch.tensor(40.0, device=DEV), torch.zeros((), device=DEV)
         gb = m * n * 4 * 1e3  # 2 bytes read, 1 + 1 written (x 1e3: the table prints GB/s)
         y, yt = torch.empty_like(t, dtype=E5M2), torch.empty_like(t.t(), dtype=E5M2)
         for block in ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8), (32, 128, 4)):
-            step = partial(fp8_kernels.launch, t, scale, y, yt, amax, True, block)
+            step = partial(kernels.launch, t, scale, y, yt, amax, True, block)
             timed_graphed(results, f"{m}x{n} e5m2 + amax, Triton {block}", step, gb)
         step = partial(compiled, t, scale, E5M2, amax)
         timed_graphed(results, f"{m}x{n} e5m2 + amax, PyTorch compiled", step, gb)
@@ -246,20 +246,20 @@ def fp8_cast() -> None:
 
 
 def fp8_linear() -> None:
-    from training.common import fp8
+    from training.fp8.native import Fp8Linear
 
     shapes = {"BERT qkv": (24576, 1024, 3072), "BERT ffn in": (24576, 1024, 4096)}
     shapes |= {"BERT ffn out": (24576, 4096, 1024), "Llama q": (8192, 4096, 4096)}
     shapes |= {"Llama gate": (8192, 4096, 14336), "Llama down": (8192, 14336, 4096)}
-    kernels, results, diffs = fp8._kernels, [], []
+    results, diffs = [], []
     for name, (m, k, n) in shapes.items():
         x = (torch.randn(m, k, device=DEV, dtype=BF16) * 2).requires_grad_()
         g = torch.randn(m, n, device=DEV, dtype=BF16) * 1e-3
         base = nn.Linear(k, n, bias=name.startswith("BERT")).to(DEV, BF16)
         grads = {}
         for variant in ("bf16", "fp8 PyTorch casts", "fp8 Triton casts"):
-            lin = base if variant == "bf16" else fp8.Fp8Linear.from_linear(base)
-            fp8._kernels = kernels if variant.endswith("Triton casts") else None
+            triton = variant.endswith("Triton casts")
+            lin = base if variant == "bf16" else Fp8Linear.from_linear(base, triton)
             torch._dynamo.reset()
             run = torch.compile(lin)
 
@@ -279,7 +279,6 @@ def fp8_linear() -> None:
                 assert amax == (float(lin.x_amax), float(lin.g_amax))
                 assert amax == (float(x.detach().abs().max()), float(g.abs().max())), (name, variant, amax)
         diffs.append((name, [float((a.float() - b.float()).abs().max()) for a, b in zip(*grads.values())]))
-    fp8._kernels = kernels
     table("One linear, compiled, fwd + bwd", results)
     print("\nmax |Triton path - PyTorch path| (y, dx, dw):")
     for name, d in diffs:
@@ -287,20 +286,14 @@ def fp8_linear() -> None:
 
 
 class Mlp(nn.Module):
-    """An MLP as the models run it: Llama's SwiGLU (`swiglu`: gate, no biases) or BERT's GELU FFN (biases);
-    `fused`: through `fp8.fused_mlp` (native FP8 linears)."""
+    """An MLP as the models run it: Llama's SwiGLU (`swiglu`: gate, no biases) or BERT's GELU FFN (biases)."""
 
     def __init__(self, hidden: int, ffn: int, swiglu: bool):
         super().__init__()
         self.up, self.down = nn.Linear(hidden, ffn, bias=not swiglu), nn.Linear(ffn, hidden, bias=not swiglu)
         self.gate = nn.Linear(hidden, ffn, bias=False) if swiglu else None
-        self.fused = False
 
     def forward(self, x):
-        from training.common import fp8
-
-        if self.fused:
-            return fp8.fused_mlp(x, self.up, self.down, self.gate)
         if self.gate is None:
             return self.down(F.gelu(self.up(x)))
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -312,9 +305,9 @@ def fp8_mlp() -> None:
 
 
 def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) -> None:
-    from training.common import fp8
+    from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, casts, reset_after_materialize
 
-    fault = fp8.triton_casts_fault(DEV, (tokens, ffn))
+    fault = casts.triton_casts_fault(DEV, (tokens, ffn))
     assert not fault, f"the Triton kernels got {fault} wrong"
     torch.manual_seed(0)
     bf16 = Mlp(hidden, ffn, swiglu).to(DEV, BF16)
@@ -325,12 +318,14 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
     results, outputs = [], {}
     for variant in ("bf16", "fp8, linear by linear", "fp8, fused"):
         mlp = bf16
-        if variant != "bf16":
-            with torch.device("meta"):
-                mlp = Mlp(hidden, ffn, swiglu)
+        if variant != "bf16":  # the same parameters, under FP8 linears: `layers.0` is what apply_fp8 swaps
+            holder = nn.Module()
+            holder.layers = nn.ModuleList([Mlp(hidden, ffn, swiglu)])
             for part in ("up", "down", "gate") if swiglu else ("up", "down"):
-                setattr(mlp, part, fp8.Fp8Linear.from_linear(getattr(bf16, part)))
-            mlp.fused = variant.endswith("fused")
+                setattr(holder.layers[0], part, getattr(bf16, part))
+            layout = MlpLayout(Mlp, "up", "down", "gate" if swiglu else None)
+            apply_fp8(holder, Fp8Settings("native", fuse_mlp=layout if variant.endswith("fused") else None))
+            mlp = holder.layers[0]
         torch._dynamo.reset()
         run = torch.compile(mlp)
 
@@ -349,7 +344,7 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
             6 * tokens * hidden * ffn * (2 + swiglu),
         )
         if variant != "bf16":  # from the same amax state: the first step casts with scale 1, then the amax
-            fp8.reset_fp8_state(mlp)
+            reset_after_materialize(mlp)
             for _ in range(2):
                 y = step()
             grads = [y.detach(), x.grad.clone(), *(p.grad.clone() for p in bf16.parameters())]

@@ -1,5 +1,5 @@
-"""training.common.fp8's Transformer Engine path with a stand-in `transformer_engine` (not installable here):
-the block linears are swapped for TE's, keeping their weights and biases, heads untouched."""
+"""training.fp8: the Transformer Engine path with a stand-in `transformer_engine` (not installable here), the
+native linear and fused MLP against their references, backend and cast choices named."""
 
 import contextlib
 import importlib.machinery
@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.bert.model import BertForPackedPretraining, BertShape
-from training.common.fp8 import apply_fp8
+from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, casts
+from training.fp8.native import Fp8Linear, FusedFp8MLP
 
 
 class FakeTeLinear(nn.Linear):
@@ -44,9 +45,9 @@ def test_te_swaps_bert_encoder_linears_keeping_weights_and_biases(monkeypatch):
     for p in model.parameters():  # non-zero biases, as a checkpoint has
         nn.init.normal_(p)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    fp8 = apply_fp8(model, True, "auto")
+    fp8 = apply_fp8(model, Fp8Settings("auto"))
     assert fp8.backend == "te" and "8 linear layers" in fp8.description
-    assert type(model.layers[1].ffn_out) is FakeTeLinear and type(model.mlm_transform) is nn.Linear
+    assert type(model.layers[1].ffn.down) is FakeTeLinear and type(model.mlm_transform) is nn.Linear
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     with fp8.forward_context():
@@ -64,7 +65,7 @@ def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
     model.layers = nn.Sequential(nn.Linear(64, 32))
     model.layers[0].load_state_dict(ref[0].state_dict())
     weight = model.layers[0].weight
-    fp8 = apply_fp8(model, True, "native")
+    fp8 = apply_fp8(model, Fp8Settings("native"))
     lin = model.layers[0]
     assert fp8.backend == "native" and "1 linear layers" in fp8.description
     assert type(lin).__name__ == "Fp8Linear" and lin.weight is weight
@@ -90,19 +91,18 @@ def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
 
 @pytest.mark.parametrize("kind", ["swiglu", "gelu"])
 def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
-    """`fp8.fused_mlp` (x cast once, the activation and its gradients written only in FP8; on CPU through
+    """`FusedFp8MLP` (x cast once, the activation and its gradients written only in FP8; on CPU through
     PyTorch's eager ops) against the same `Fp8Linear`s run one after another, Llama's SwiGLU (no biases) and
     BERT's GELU FFN (biases, float32 input and weights under bf16 autocast), over 3 steps from the same amax
     state: the same output, input and parameter gradients and amax buffers, bit for bit."""
-    from training.common import fp8
-
     torch.manual_seed(0)
     bias, names = kind == "gelu", ("up", "down", "gate") if kind == "swiglu" else ("up", "down")
     shapes = {"up": (64, 96), "gate": (64, 96), "down": (96, 64)}
     base = {n: nn.Linear(*shapes[n], bias=bias) for n in names}
     runs = []
     for fused in (False, True):
-        lin = {n: fp8.Fp8Linear.from_linear(m) for n, m in base.items()}
+        lin = {n: Fp8Linear.from_linear(m) for n, m in base.items()}
+        mlp = FusedFp8MLP("up", "down", "gate" if kind == "swiglu" else None, lin)
         results = []
         for step in range(3):
             x = (torch.randn(4, 8, 64, generator=torch.Generator().manual_seed(step)) * 3).requires_grad_()
@@ -110,7 +110,7 @@ def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
                 m.zero_grad()
             with torch.autocast("cpu", torch.bfloat16):
                 if fused:
-                    y = fp8.fused_mlp(x, lin["up"], lin["down"], lin.get("gate"))
+                    y = mlp(x)
                 elif kind == "swiglu":
                     y = lin["down"](F.silu(lin["gate"](x)) * lin["up"](x))
                 else:
@@ -123,7 +123,6 @@ def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
             )
         amax = [b.clone() for n, m in lin.items() for b in (m.x_amax, m.g_amax)]
         runs.append((results, amax[:-2] + amax[-1:] if kind == "swiglu" else amax))  # gate's x_amax: unused
-    assert fp8.fusable_mlp(*lin.values())
     (unfused, amax), (fused, fused_amax) = runs
     for got, want in zip(fused + [fused_amax], unfused + [amax]):
         assert all(torch.equal(g, w) for g, w in zip(got, want))
@@ -131,13 +130,13 @@ def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
 
 def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
     """MI300X / MI325X (gfx942) multiply only the FNUZ FP8 formats; the native linear uses the OCP ones."""
-    from training.common import fp8
+    import training.fp8 as fp8
 
     monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx942:sramecc+:xnack-")
     with pytest.raises(ValueError, match="FP8_BACKEND=native.*gfx942.*MI300X"):
-        fp8.choose_fp8_backend("native")
+        fp8.choose_backend("native")
     monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx950")
-    assert fp8.choose_fp8_backend("native") == "native"
+    assert fp8.choose_backend("native") == "native"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton casts run on GPUs")
@@ -146,19 +145,16 @@ def test_triton_kernels_match_pytorch(shape):
     """On GPUs: the cast kernel's FP8 copy, transposed copy and amax equal PyTorch's cast, for bf16 and
     float32 inputs (float32: the weights under autocast; Triton 3.6 got their transposed copies wrong until
     the kernel re-read them); the SwiGLU kernels' within one FP8 code of PyTorch's eager ops."""
-    from training.common import fp8
-
-    assert fp8.triton_casts_fault(torch.device("cuda"), shape) == ""
+    assert casts.triton_casts_fault(torch.device("cuda"), shape) == ""
 
 
 def fake_kernels(fault: str = "") -> types.SimpleNamespace:
-    """A stand-in for `fp8_kernels` (no Triton here): PyTorch's casts, SwiGLU and GELU, with a `fault` on
-    demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
-    from training.common import fp8
+    """A stand-in for `training.fp8.kernels` (no Triton here): PyTorch's casts, SwiGLU and GELU, with a
+    `fault` on demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
 
     def cast_transpose(t, scale, amax, dtype, update_amax):
         amax.copy_(t.float().abs().max())
-        y = fp8._cast(t, scale, dtype)
+        y = casts.cast(t, scale, dtype)
         yt = y.t().contiguous()
         if fault == "transpose" and t.dtype == torch.float32:
             yt = yt.flip(0)
@@ -193,22 +189,43 @@ def fake_kernels(fault: str = "") -> types.SimpleNamespace:
 
 
 def test_a_faulty_triton_cast_is_named_and_the_native_linear_falls_back_to_pytorch_casts(monkeypatch):
-    from training.common import fp8
-
     cpu = torch.device("cpu")
-    monkeypatch.setattr(fp8, "_kernels", fake_kernels())
-    assert fp8.triton_casts_fault(cpu) == ""
-    monkeypatch.setattr(fp8, "_kernels", fake_kernels("swiglu"))
-    assert fp8.triton_casts_fault(cpu) == "the FP8 copy of SwiGLU's output"
-    monkeypatch.setattr(fp8, "_kernels", fake_kernels("transpose"))
-    fault = fp8.triton_casts_fault(cpu)
+    monkeypatch.setattr(casts, "kernels", fake_kernels())
+    assert casts.triton_casts_fault(cpu) == ""
+    monkeypatch.setattr(casts, "kernels", fake_kernels("swiglu"))
+    assert casts.triton_casts_fault(cpu) == "the FP8 copy of SwiGLU's output"
+    monkeypatch.setattr(casts, "kernels", fake_kernels("transpose"))
+    fault = casts.triton_casts_fault(cpu)
     assert fault == "the transposed copy of 512x1024 torch.float32 cast to torch.float8_e4m3fn"
     # on a GPU (pretended): the check runs with the native linear's setup, and a fault means PyTorch's casts
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(fp8, "triton_casts_fault", lambda device: fault)
+    monkeypatch.setattr(casts, "triton_casts_fault", lambda device: fault)
     model = nn.Module()
     model.layers = nn.Sequential(nn.Linear(64, 32))
-    description = apply_fp8(model, True, "native").description
+    description = apply_fp8(model, Fp8Settings("native")).description
     assert f"casts in PyTorch (the Triton kernel got {fault} wrong on this GPU)" in description
-    assert fp8._kernels is None
+    assert model.layers[0].triton is False
+    # FP8_CASTS=pytorch: no check, PyTorch's casts, said so
+    monkeypatch.setattr(casts, "triton_casts_fault", lambda device: pytest.fail("checked"))
+    model.layers = nn.Sequential(nn.Linear(64, 32))
+    assert (
+        "casts in PyTorch (FP8_CASTS=pytorch)"
+        in apply_fp8(model, Fp8Settings("native", casts="pytorch")).description
+    )
+
+
+def test_native_fp8_fuses_the_mlps_the_benchmark_names_keeping_parameter_names():
+    """`MlpLayout`: the named MLP modules become `FusedFp8MLP`s with the same children (parameter names and
+    objects unchanged); other modules and the heads keep their linears."""
+    from training.bert.model import FeedForward
+
+    model = BertForPackedPretraining(BertShape(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                               num_attention_heads=4, vocab_size=128))  # fmt: skip
+    before = dict(model.named_parameters())
+    fp8 = apply_fp8(model, Fp8Settings("native", fuse_mlp=MlpLayout(FeedForward, up="up", down="down")))
+    assert "8 linear layers" in fp8.description and "2 MLPs fused" in fp8.description
+    assert all(type(layer.ffn) is FusedFp8MLP for layer in model.layers)
+    assert type(model.layers[0].qkv) is Fp8Linear and type(model.mlm_transform) is nn.Linear
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)

@@ -1,11 +1,15 @@
-"""`python -m training.doctor [PATH ...]`: what a user needs to trust this machine before a run.
+"""`python -m training.doctor [--benchmark NAME] [PATH ...]`: what a user needs to trust this machine before
+a run.
 
-Platform (ROCm or CUDA), devices and memory, which accelerator libraries are importable and what each
-concern will use, free disk under the given paths, and whether we are root or have passwordless sudo.
+Platform (ROCm or CUDA), devices and memory, which accelerator libraries are importable, what each benchmark
+(or the one named) would use here for each concern (its preflight's `report()`), free disk under the given
+paths, and whether we are root or have passwordless sudo.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import shutil
 import subprocess
@@ -13,10 +17,11 @@ import sys
 
 import torch
 
+from training import benchmarks
 from training.common import backends
 
 
-def report(paths: list[str]) -> list[tuple[str, str]]:
+def report(paths: list[str], names: list[str]) -> list[tuple[str, str]]:
     rows = [
         ("python", sys.version.split()[0]),
         ("torch", torch.__version__),
@@ -33,12 +38,13 @@ def report(paths: list[str]) -> list[tuple[str, str]]:
         rows.append((f"gpu {i}", f"{props.name}, {props.total_memory / 2**30:.0f} GiB"))
     for name, ok in backends.available().items():
         rows.append((name, "importable" if ok else "not importable"))
-    rows.append(("attention backend", backends.choose_attention("auto")))
     rows.append(("precision (auto)", backends.choose_precision("auto")))
-    fp8 = "transformer_engine" if backends.importable("transformer_engine") else (
-        "torchao" if backends.importable("torchao") else "off")  # fmt: skip
-    rows.append(("fp8 backend", fp8))
-    rows.append(("fused optimizer", "apex" if backends.importable("apex") else "torch foreach (ours)"))
+    for name in names:
+        try:
+            chosen = importlib.import_module(benchmarks.BENCHMARKS[name].preflight).report()
+        except Exception as err:  # noqa: BLE001 - the doctor reports what fails, it does not fail
+            chosen = [("error", f"{type(err).__name__}: {err}")]
+        rows += [(f"{name}: {key}", value) for key, value in chosen]
     for path in paths:
         if os.path.exists(path):
             rows.append((f"free disk {path}", f"{shutil.disk_usage(path).free / 2**30:.1f} GiB"))
@@ -57,11 +63,17 @@ def privileges() -> str:
     return "no root, no sudo (tunables will be skipped)"
 
 
-def main(argv: list[str]) -> int:
-    for key, value in report(argv or ["."]):
-        print(f"{key:>22}: {value}")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.doctor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--benchmark", choices=list(benchmarks.BENCHMARKS), help="report this one only")
+    parser.add_argument("paths", nargs="*", default=["."], help="folders whose free disk to report")
+    args = parser.parse_args(argv)
+    names = [args.benchmark] if args.benchmark else list(benchmarks.BENCHMARKS)
+    for key, value in report(args.paths or ["."], names):
+        print(f"{key:>30}: {value}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

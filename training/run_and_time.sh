@@ -6,7 +6,7 @@
 # Exit status is torchrun's: 0 converged, 1 not converged, 2 config or data error, anything else a crash.
 set -euo pipefail
 
-: "${BENCHMARK:?BENCHMARK not set (bert, llama31_8b or llama2_70b_lora)}"
+: "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"
 : "${DGXNNODES:?DGXNNODES not set (number of nodes)}"
 : "${DGXNGPU:?DGXNGPU not set (GPUs per node)}"
 : "${PYTHON:=python3}"
@@ -18,14 +18,11 @@ die() {
 }
 [[ ${DGXNNODES} =~ ^[1-9][0-9]*$ ]] || die "DGXNNODES=${DGXNNODES}: expected a positive whole number"
 [[ ${DGXNGPU} =~ ^[1-9][0-9]*$ ]] || die "DGXNGPU=${DGXNGPU}: expected a positive whole number"
-case ${BENCHMARK} in
-  bert) entry=training.bert.train ;;
-  llama31_8b | llama2_70b_lora) entry=training.llama.train ;;
-  *) die "BENCHMARK=${BENCHMARK}: unknown benchmark (expected bert, llama31_8b or llama2_70b_lora)" ;;
-esac
 
 # From the repository root, where `-m training....` resolves without relying on PYTHONPATH.
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+# The trainer's module, from the benchmark table (training/benchmarks.py), which names the error itself.
+entry=$("${PYTHON}" -m training.benchmarks get "${BENCHMARK}" entry) || exit 2
 
 cmd=("${PYTHON}" -m torch.distributed.run "--nproc_per_node=${DGXNGPU}")
 if ((DGXNNODES == 1)); then

@@ -1,14 +1,15 @@
 """Check prepared Llama 3.1 8B data: the expected files, their structure, and (with --md5) their checksums.
 
-    python -m input_preprocessing.llama.verify --datadir /data/mlperf_llama31_8b/data [--md5] \
-        [--tokenizer DIR]
+    python -m input_preprocessing.llama.verify DATADIR [--md5] [--tokenizer DIR] [--preflight]
 
 Structure: each expected prefix has a `.bin` and an `.idx`; the `.idx` opens as a Megatron indexed dataset
 and the `.bin` has exactly the bytes the index describes; the validation file holds its 91,205 documents.
 Checksums: every `*.md5` list in the folder (what MLCommons' R2 downloader fetches next to the data:
 `<md5>  <relative path>` lines) is re-checked. Results are cached per file (size + mtime) in
 `.md5_verified.json`, written after each file, so an interrupted or repeated check resumes where it was
-and a changed file is checked again. Exit status 1 names every problem.
+and a changed file is checked again. With `--preflight` (as the benchmark's preflight runs it) the files are
+the run's: TRAIN_DATA_PREFIX and VALID_DATA_PREFIX from the environment when set (the CPU default's data),
+else MLPerf's. Exit status 1 names every problem.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def check_structure(datadir: Path, prefix: str, documents: int | None = None) ->
     missing = [f"{base}{ext}" for ext in (".bin", ".idx") if not Path(f"{base}{ext}").is_file()]
     if missing:
         return [f"missing: {m}" for m in missing]
-    from training.llama.data import DataError, open_indexed
+    from training.llama31_8b.data import DataError, open_indexed
 
     try:
         dataset = open_indexed(base)
@@ -134,12 +135,17 @@ def check_tokenizer(folder: Path) -> list[str]:
     return []
 
 
-def verify(datadir: Path, md5: bool = False, tokenizer: Path | None = None) -> list[str]:
+def verify(
+    datadir: Path,
+    md5: bool = False,
+    tokenizer: Path | None = None,
+    train_prefix: str = TRAIN_PREFIX,
+    valid_prefix: str = VALID_PREFIX,
+) -> list[str]:
     if not datadir.is_dir():
         return [f"DATADIR {datadir} does not exist"]
-    problems = check_structure(datadir, TRAIN_PREFIX) + check_structure(
-        datadir, VALID_PREFIX, VALID_DOCUMENTS
-    )
+    documents = VALID_DOCUMENTS if valid_prefix == VALID_PREFIX else None
+    problems = check_structure(datadir, train_prefix) + check_structure(datadir, valid_prefix, documents)
     elsewhere = sorted(datadir.rglob(f"{VALID_PREFIX}.idx"))
     if problems and elsewhere and elsewhere[0].parent != datadir:
         problems.append(f"the data is under {elsewhere[0].parent}: use that folder as DATADIR")
@@ -156,11 +162,22 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--datadir", type=Path, required=True)
+    parser.add_argument("datadir", type=Path, nargs="?", help="the data folder (DATADIR)")
+    parser.add_argument("--datadir", type=Path, dest="datadir_option", help="the same, as an option")
     parser.add_argument("--md5", action="store_true", help="re-check the MD5 lists (cached per file)")
     parser.add_argument("--tokenizer", type=Path, help="also check the Llama 3.1 tokenizer folder")
+    parser.add_argument("--preflight", action="store_true", help="the run's files (TRAIN/VALID_DATA_PREFIX)")
     args = parser.parse_args(argv)
-    problems = verify(args.datadir, args.md5, args.tokenizer)
+    args.datadir = args.datadir or args.datadir_option
+    if args.datadir is None:
+        parser.error("the data folder is required (DATADIR or --datadir)")
+    prefixes = {}
+    if args.preflight:
+        prefixes = {
+            "train_prefix": os.environ.get("TRAIN_DATA_PREFIX") or TRAIN_PREFIX,
+            "valid_prefix": os.environ.get("VALID_DATA_PREFIX") or VALID_PREFIX,
+        }
+    problems = verify(args.datadir, args.md5, args.tokenizer, **prefixes)
     for problem in problems:
         print(f"verify: {problem}", file=sys.stderr)
     print(f"verify: {args.datadir}: {'FAILED' if problems else 'OK'}")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.bert.synthetic import make_sequence
+from training.bert import attention
 from training.bert.attention import packed_attention
 from training.bert.data import collate
 from training.bert.model import (
@@ -16,7 +17,6 @@ from training.bert.model import (
     from_hf_state_dict,
     pretraining_loss,
 )
-from training.common import backends
 
 SHAPE = BertShape(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
@@ -127,15 +127,15 @@ def test_matches_hugging_face_bert(model, seqs):
 
 
 def test_torch_flash_is_refused_by_name_where_it_cannot_run():
-    if backends.torch_flash_fault() is None:
+    if attention.torch_flash_fault() is None:
         pytest.skip("PyTorch's varlen flash kernel runs here")
     with pytest.raises(ValueError, match="ATTENTION=torch_flash"):
-        backends.choose_attention("torch_flash")
-    assert backends.choose_attention("auto") in ("sdpa", "sdpa_cudnn", "flash_attn")
+        attention.choose_attention("torch_flash")
+    assert attention.choose_attention("auto") in ("sdpa", "sdpa_cudnn", "flash_attn")
 
 
 @pytest.mark.skipif(
-    backends.torch_flash_fault() is not None, reason="PyTorch's varlen flash kernel needs CUDA"
+    attention.torch_flash_fault() is not None, reason="PyTorch's varlen flash kernel needs CUDA"
 )
 def test_torch_flash_matches_the_masked_sdpa_and_drops_the_same_in_backward(seqs):
     b = collate([packed_row(seqs), packed_row(seqs[1:])], 512).to("cuda")

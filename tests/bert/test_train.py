@@ -67,5 +67,5 @@ def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, residual, 
     assert events["backend_precision"] == "fp8" and events["backend_residual_dtype"] == residual
     swapped = f"{4 * TINY['num_hidden_layers']} linear layers"  # qkv, attn_out, ffn_in, ffn_out per layer
     assert events["backend_fp8"].startswith(description) and swapped in events["backend_fp8"]
-    assert ("FFNs fused" in events["backend_fp8"]) == (backend == "native")
+    assert ("MLPs fused" in events["backend_fp8"]) == (backend == "native")
     assert "non-finite" not in proc.stderr and 0 <= events["eval_accuracy"] <= 1

@@ -158,5 +158,6 @@ def fake_launch(tmp_path: Path, system: str, config: str) -> Launch:
         "DROPCACHE_CMD": "true",
         "FAKE_CALLS": str(tmp_path / "calls.tsv"),
         "FAKE_STATE": str(tmp_path / "state"),
+        "FAKE_REAL_PYTHON": sys.executable,  # the fake runs the benchmark table with the real interpreter
     }
     return Launch(tmp_path, env)

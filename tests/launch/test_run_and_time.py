@@ -45,10 +45,15 @@ def test_multi_node_needs_master_addr_and_node_rank(launch):
     assert launch.module_calls("torch.distributed.run") == []
 
 
-@pytest.mark.parametrize("benchmark", ["llama31_8b", "llama2_70b_lora"])
-def test_llama_benchmarks_share_one_entry(launch, benchmark):
-    assert run_and_time(launch, BENCHMARK=benchmark).returncode == 0
-    assert torchrun_argv(launch)[-2:] == ["-m", "training.llama.train"]
+def test_the_entry_comes_from_the_benchmark_table(launch):
+    assert run_and_time(launch, BENCHMARK="llama31_8b").returncode == 0
+    assert torchrun_argv(launch)[-2:] == ["-m", "training.llama31_8b.train"]
+
+
+def test_an_unknown_benchmark_is_named(launch):
+    result = run_and_time(launch, BENCHMARK="llama31_8x")
+    assert result.returncode == 2 and "BENCHMARK=llama31_8x is not one of bert, llama31_8b" in result.stderr
+    assert launch.module_calls("torch.distributed.run") == []
 
 
 def test_exit_status_is_torchrun_s(launch):

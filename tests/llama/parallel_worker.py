@@ -1,22 +1,21 @@
 """Run by test_parallel.py under `torchrun --nproc_per_node=2` (gloo, CPU): a few training steps of a tiny
-Llama through the trainer's own apply_tp / apply_fsdp / clip / optimizer, from the same full weights as the
-single-process reference, writing per-step losses and the final full weights for comparison.
+Llama through the trainer's own features (`parallel.apply_features`) and step (`step.train_step`), from the
+same full weights as the single-process reference, writing per-step losses and the final full weights for
+comparison.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/llama/parallel_worker.py \
         DP TP ACCUM OUT [PP]
 
 With PP > 1 the steps run through the trainer's pipeline schedule, and the worker also evaluates VALIDATION
 through it (the trainer's `evaluate`); every rank writes its stage's weights under their full names. With
-FP8_BACKEND set, the blocks' linears are FP8 ones (`apply_fp8`, after PP and before TP as in the trainer;
-FP8_PARAM_GATHER=1: FSDP2 all-gathers them in FP8); with TP the worker then runs its first MLP forward and
-backward (`mlp_gradients`) instead of training.
+FP8_BACKEND set, the blocks' linears are FP8 ones (FP8_PARAM_GATHER=1: FSDP2 all-gathers them in FP8); with
+TP the worker then runs its first MLP forward and backward (`mlp_gradients`) instead of training.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -24,11 +23,11 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from training.common.fp8 import Fp8, apply_fp8  # noqa: E402
+from training.fp8 import Fp8, Fp8Settings  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
-from training.llama.config import Parallelism  # noqa: E402
-from training.llama.model import Llama, LlamaShape, cross_entropy  # noqa: E402
-from training.llama.train import evaluate, pipeline_loss  # noqa: E402
+from training.llama.model import Llama, LlamaShape  # noqa: E402
+from training.llama.parallel import Parallelism  # noqa: E402
+from training.llama.step import Step, evaluate, train_step  # noqa: E402
 
 SHAPE = LlamaShape(
     num_layers=2,
@@ -58,33 +57,30 @@ def full_model() -> Llama:
     return model
 
 
-def train(model, rank_rows, accum: int, fsdp_sync=None, fp8: Fp8 | None = None) -> list[float]:
-    """`rank_rows(tokens)` picks this rank's rows of a global batch; returns the global mean loss per step."""
+def train(model, rank_rows, layout: Parallelism, mesh=None, fp8: Fp8 | None = None) -> list[float]:
+    """The trainer's step (`training.llama.step.train_step`) over `batches()`; `rank_rows(tokens)` picks this
+    rank's rows of a global batch. Returns the global mean loss per step."""
     optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
-    params = [p for p in model.parameters()]
     fp8 = fp8 or Fp8()
     fp8.weights_changed(model)
+    # clip at 0.5: small enough to clip, which exercises the sharded norm
+    step = Step(model, optimizer, layout, torch.device("cpu"), mesh, fp8=fp8, clip_norm=0.5)
     losses = []
     for tokens, labels in batches():
         tokens, labels = rank_rows(tokens), rank_rows(labels)
-        per_micro = tokens.shape[0] // accum
-        total = torch.zeros(())
-        for m in range(accum):
-            if fsdp_sync is not None:
-                fsdp_sync(m == accum - 1)
-            rows = slice(m * per_micro, (m + 1) * per_micro)
-            loss = cross_entropy(model(tokens[rows]), labels[rows])
-            (loss / accum).backward()
-            total += loss.detach() / accum
-        parallel.clip_grad_norm_(params, 0.5)  # small enough to clip: exercises the sharded norm
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        fp8.weights_changed(model)
-        if dist.is_initialized():
-            dist.all_reduce(total)
-            total /= dist.get_world_size()
-        losses.append(total.item())
+        per, accum = tokens.shape[0] // layout.grad_accum, layout.grad_accum
+        micro = [(tokens[m * per : (m + 1) * per], labels[m * per : (m + 1) * per]) for m in range(accum)]
+        losses.append(train_step(step, micro, LR)[0].item())
     return losses
+
+
+def single_process(accum: int) -> Parallelism:
+    return Parallelism(1, 1, 1, 1, 1, accum)
+
+
+def evaluate_single(model) -> float:
+    """The validation loss of `model` in one process (4 sequences per forward)."""
+    return evaluate(Step(model, None, single_process(1), torch.device("cpu")), VALIDATION, 0, 4)
 
 
 def mlp_gradients(model) -> dict[str, torch.Tensor]:
@@ -109,62 +105,41 @@ def mlp_gradients(model) -> dict[str, torch.Tensor]:
     return {name: t.detach().clone() for name, t in {"y": y, "dx": x.grad, **grads}.items()}
 
 
-def train_pipeline(model, schedule, mesh, rank_rows, pp: int) -> list[float]:
-    """`train` through the trainer's pipeline schedule: the step's micro-batches at once, the loss from the
-    last stage, the gradient norm over all stages."""
-    optimizer, _ = optim.build_optimizer(model, LR, (0.9, 0.95), 1e-5, 0.1, fused=False)
-    params = list(model.parameters())
-    losses = []
-    for tokens, labels in batches():
-        step_losses = []
-        parallel.pipeline_step(schedule, mesh, rank_rows(tokens), rank_rows(labels), step_losses)
-        parallel.clip_grad_norm_(params, 0.5, mesh["pp"].get_group())
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        total = torch.stack(step_losses).mean().detach() if step_losses else torch.zeros(())
-        dist.all_reduce(total)
-        losses.append((total / (dist.get_world_size() // pp)).item())
-    return losses
-
-
 def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mesh = parallel.build_mesh("cpu", dp, tp, pp=pp)
     model = full_model()
-    reshard = os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1"
-    fp8 = os.environ.get("FP8_BACKEND")
-    described = [parallel.apply_pp(model, mesh)]
+    backend = os.environ.get("FP8_BACKEND")
     gather = os.environ.get("FP8_PARAM_GATHER") == "1"
-    fp8_hooks = apply_fp8(model, True, fp8, fsdp=gather) if fp8 else Fp8()
-    described.append(parallel.apply_tp(model, mesh))
-    described.append(parallel.apply_fsdp(model, mesh, torch.float32, reshard))
+    features = parallel.Features(
+        fp8=Fp8Settings(backend, gather_in_fp8=gather) if backend else None,
+        param_dtype=torch.float32,
+        reshard_after_forward=os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1",
+    )
+    fp8_hooks, applied = parallel.apply_features(model, mesh, features)
+    layout = Parallelism(dist.get_world_size(), tp, pp, 1, dp, accum)
     dp_rank = rank // (tp * pp)
 
     def rows(t: torch.Tensor) -> torch.Tensor:
         share = t.shape[0] // dp
         return t[dp_rank * share : (dp_rank + 1) * share]
 
-    result = {"described": [*described, fp8_hooks.description]}
-    if fp8 and tp > 1:
+    described = [applied[k] for k in ("pipeline_parallel", "tensor_parallel", "data_parallel", "fp8")]
+    result = {"described": described}
+    if backend and tp > 1:
         result["mlp"] = mlp_gradients(model)
         if rank == 0:
             torch.save(result, out)
         dist.barrier()
         dist.destroy_process_group()
         return
+    result["losses"] = train(model, rows, layout, mesh, fp8_hooks)
+    first = 0
     if pp > 1:
-        schedule = parallel.pipeline_schedule(model, mesh, torch.device("cpu"), accum, pipeline_loss)
-        result["losses"] = train_pipeline(model, schedule, mesh, rows, pp)
-        par = Parallelism(dist.get_world_size(), tp, pp, 1, dp, accum)
-        mbs = GBS // (dp * accum)
-        result["eval"] = evaluate(
-            model, VALIDATION, par, dp_rank, mbs, "cpu", nullcontext(), Fp8(), schedule, mesh
-        )
+        eval_step = Step(model, None, layout, torch.device("cpu"), mesh, fp8=fp8_hooks)
+        result["eval"] = evaluate(eval_step, VALIDATION, dp_rank, GBS // (dp * accum))
         first = mesh["pp"].get_local_rank() * (SHAPE.num_layers // pp)
-    else:
-        sync = model.set_requires_gradient_sync if hasattr(model, "set_requires_gradient_sync") else None
-        result["losses"], first = train(model, rows, accum, sync, fp8_hooks), 0
     state = {}
     for name, p in model.named_parameters():
         full = p.full_tensor() if hasattr(p, "full_tensor") else p

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from training.common.config import ConfigError
-from training.llama.config import LlamaPretrainConfig
+from training.llama31_8b.config import LlamaPretrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"DATADIR": "/data", "GBS": "32", "MBS": "2", "MAX_LR": "8e-4", "WARMUP_STEPS": "128"}
@@ -44,18 +44,25 @@ def test_defaults_are_the_mlperf_values():
         ({"MODEL_SIZE": "7b"}, "MODEL_SIZE='7b'"),
         (
             {"PP": "2", "FP8": "1"},
-            "PIPELINE_MODEL_PARALLEL_SIZE>1 with FP8=1 and FP8_BACKEND=auto (torchao runs)",
+            "PIPELINE_MODEL_PARALLEL_SIZE>1 with FP8 with FP8_BACKEND=auto (torchao runs)",
         ),
-        ({"PP": "2", "FP8": "1", "FP8_BACKEND": "native"}, "FP8=1 and FP8_BACKEND=native (torchao runs)"),
+        (
+            {"PP": "2", "PRECISION": "fp8", "FP8_BACKEND": "native"},
+            "FP8 with FP8_BACKEND=native (torchao runs)",
+        ),
         ({"PP": "3"}, "32 layers do not split into PIPELINE_MODEL_PARALLEL_SIZE=3 equal stages"),
         ({"CP": "2", "COMPILE": "1"}, "CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented"),
         ({"CP": "2", "TP": "2"}, "CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
-        ({"CP": "3"}, "SEQ_LENGTH=8192 is not a multiple of 2 x CONTEXT_PARALLEL_SIZE"),
+        ({"CP": "3"}, "SEQ_LENGTH=8192 is not a multiple of 2 x CONTEXT_PARALLEL"),
         ({"TP": "3"}, "NUM_QUERY_GROUPS=8 is not divisible by TENSOR_MODEL_PARALLEL_SIZE=3"),
         (
             {"FP8": "1", "TP": "2"},
-            "FP8=1 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only",
+            "FP8 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only",
         ),
+        ({"FP8": "1", "PRECISION": "fp32"}, "FP8=1 (bf16 with FP8 matmuls) contradicts PRECISION=fp32"),
+        ({"FP8": "0", "PRECISION": "fp8"}, "FP8=0 contradicts PRECISION=fp8"),
+        ({"MAX_LR": "nan"}, "MAX_LR=nan must be a finite number > 0"),
+        ({"TARGET": "inf"}, "TARGET=inf must be a finite number > 0"),
         ({"LR": "4e-4"}, "MAX_LR='8e-4', LR='4e-4': the same setting given twice"),
     ],
 )
@@ -68,6 +75,14 @@ def test_errors_name_the_variable(env, needle):
 def test_fp8_is_allowed_with_tensor_parallelism_native_and_pipelines_torchao():
     assert make(FP8="1", TP="2", FP8_BACKEND="native").tp == 2
     assert make(FP8="1", PP="2", FP8_BACKEND="torchao").pp == 2
+
+
+def test_precision_fp8_and_nvidias_fp8_switch_are_the_same_setting():
+    """One vocabulary for every benchmark: PRECISION=fp8; FP8=1 (NVIDIA's and AMD's configs) means the same,
+    with PRECISION bf16 or auto."""
+    assert make(PRECISION="fp8").fp8 and make(FP8="1").fp8 and make(FP8="1", PRECISION="bf16").fp8
+    assert not make().fp8 and not make(FP8="0").fp8
+    assert make(FP8="1").requested_precision() == "fp8"
 
 
 def test_nvidia_names_are_aliases_and_typos_are_caught():
@@ -87,14 +102,20 @@ def test_nvidia_names_are_aliases_and_typos_are_caught():
 
 
 def test_parallel_arithmetic():
-    par = make().check(8)
+    par = make().parallelism(8)
     assert (par.dp, par.grad_accum) == (8, 2)  # AMD: GBS 32 = MBS 2 x DP 8 x 2 accumulation steps
-    par = make(GBS="16", MBS="1", TP="2").check(8)
+    par = make(GBS="16", MBS="1", TP="2").parallelism(8)
     assert (par.tp, par.dp, par.grad_accum) == (2, 4, 4)
     with pytest.raises(ConfigError, match="GBS=32 is not a multiple of MBS x data-parallel size = 2 x 32"):
-        make().check(32)
+        make().parallelism(32)
     with pytest.raises(ConfigError, match="2 x 1 x 1 = 2 does not divide the world size 3"):
-        make(TP="2").check(3)
+        make(TP="2").parallelism(3)
+    # the preflight's form: problems, each named, the system's name read too
+    assert make(DGXSYSTEM="MI355X_1x8x1", DGXNGPU="8").scale_problems(8) == []
+    assert make(DGXSYSTEM="MI355X_1x8x1", DGXNGPU="8").scale_problems(32) == [
+        "DGXNNODES=1 x DGXNGPU=8 = 8 ranks, but the launcher starts 32",
+        "GBS=32 is not a multiple of MBS x data-parallel size = 2 x 32 (world 32 / TP x PP x CP 1)",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,9 +135,10 @@ def test_shipped_configs_parse_and_fit_their_node(config):
         n for n in names if n not in ("PWD", "SHLVL", "_", "OLDPWD")
     ]  # bash's own, as the runner drops them
     cfg = LlamaPretrainConfig.from_env({**env, "DATADIR": "/data"}, names)
-    par = cfg.check(cfg.world_size())
+    par = cfg.parallelism(cfg.world_size())
+    assert cfg.scale_problems(cfg.world_size()) == []
     assert env["BENCHMARK"] == "llama31_8b" and env["DGXSYSTEM"] == config.stem.removeprefix("config_")
-    assert cfg.global_batch_size == cfg.micro_batch_size * par.dp * par.grad_accum
+    assert cfg.gbs == cfg.micro_batch_size * par.dp * par.grad_accum
     if cfg.is_cpu_demo:
         assert cfg.target != 3.3 and cfg.deviations()
     else:

@@ -14,7 +14,7 @@ from input_preprocessing.llama.preprocess import (
     read_documents,
     write_indexed_dataset,
 )
-from training.llama import data
+from training.llama31_8b import data
 
 
 def test_preprocess_round_trip(tmp_path, demo_data):

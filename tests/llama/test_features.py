@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from training.common import fp8 as fp8_module
-from training.common.fp8 import apply_fp8
+import training.fp8 as fp8_module
+from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import parallel
 from training.llama.model import MLP, Llama, LlamaShape, compiled_cross_entropy, cross_entropy
 
@@ -40,7 +40,7 @@ def fresh() -> Llama:
 
 def test_features_off_are_no_ops():
     model = fresh()
-    assert apply_fp8(model, False).description == "off"
+    assert apply_fp8(model, None).description == "off"
     assert [
         parallel.apply_tp(model, None),
         parallel.apply_activation_checkpointing(model, False),
@@ -68,7 +68,7 @@ def test_fp8_swaps_the_block_linears_only(backend, linear):
         pytest.importorskip("torchao")
     loss, _ = loss_and_grads(fresh())
     model = fresh()
-    fp8 = apply_fp8(model, True, backend, "tensorwise")
+    fp8 = apply_fp8(model, Fp8Settings(backend, "tensorwise"))
     assert fp8.backend == backend and "14 linear layers" in fp8.description  # 2 blocks x 7 projections
     assert type(model.lm_head) is nn.Linear and type(model.layers[0].mlp.up_proj).__name__ == linear
     loss8, grads8 = loss_and_grads(model, fp8)
@@ -78,15 +78,14 @@ def test_fp8_swaps_the_block_linears_only(backend, linear):
 def native_fp8(fuse: bool) -> Llama:
     """A fresh model with native FP8 linears, each MLP fused into one function or linear by linear."""
     model = fresh()
-    apply_fp8(model, True, "native")
-    for m in model.modules():
-        if isinstance(m, MLP):
-            m.fuse_fp8 = fuse
+    layout = MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj") if fuse else None
+    fp8 = apply_fp8(model, Fp8Settings("native", fuse_mlp=layout))
+    assert ("2 MLPs fused" in fp8.description) == fuse
     return model
 
 
 def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
-    """With native FP8 the MLP runs as one function (`fp8.fused_mlp`: x cast once, SwiGLU and its
+    """With native FP8 the MLP runs as one function (`FusedFp8MLP`: x cast once, SwiGLU and its
     gradients written only in FP8): over 3 steps (the first casts with scale 1, the next with the amax
     recorded), the loss, every gradient and the amax buffers are those of the three `Fp8Linear`s run one
     by one. Compiled, the fused MLP matches eager within FP8's rounding."""
@@ -113,7 +112,7 @@ def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
 def test_fp8_needs_a_backend(monkeypatch):
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     with pytest.raises(ValueError, match="neither is importable"):
-        apply_fp8(fresh(), True)
+        apply_fp8(fresh(), Fp8Settings())
 
 
 def test_clip_folded_into_the_fused_optimizer_matches_scaling_the_gradients():

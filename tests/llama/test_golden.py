@@ -1,20 +1,17 @@
-"""Per-step losses of a tiny seeded run against a golden file, so a change to the math (model, loss, AdamW,
-schedule, clipping) is seen. Regenerate deliberately:
-    LLAMA_GOLDEN_UPDATE=1 python -m pytest tests/llama/test_golden.py
-"""
+"""The Llama trainers' step (`training.llama.step.train_step`) on a tiny seeded run, against the golden file
+(`tests/golden.py`)."""
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
+import pytest
 import torch
 
-from training.llama import optim, parallel
-from training.llama.model import Llama, LlamaShape, cross_entropy
+from tests.golden import check_golden, digest
+from training.llama import optim
+from training.llama.model import Llama, LlamaShape
+from training.llama.parallel import Parallelism
+from training.llama.step import Step, train_step
 
-GOLDEN = Path(__file__).with_name("golden_losses.json")
 SHAPE = LlamaShape(
     num_layers=2,
     hidden_size=64,
@@ -26,33 +23,26 @@ SHAPE = LlamaShape(
 )
 
 
-def run(steps: int = 6) -> list[float]:
+@pytest.mark.parametrize("accum", [1, 2])
+def test_llama_train_step_matches_the_golden_file(accum):
     torch.manual_seed(0)
     model = Llama(SHAPE)
     model.init_weights()
     optimizer, _ = optim.build_optimizer(model, 3e-3, (0.9, 0.95), 1e-5, 0.1, fused=False)
-    params = list(model.parameters())
+    step = Step(model, optimizer, Parallelism(1, 1, 1, 1, 1, accum), torch.device("cpu"))
+    steps, rows = 6, 4
     g = torch.Generator().manual_seed(1)
     # a learnable stream: each row counts up from a random start, modulo the vocabulary
-    starts = torch.randint(0, SHAPE.vocab_size, (steps, 4, 1), generator=g)
-    data = (starts + torch.arange(65)) % SHAPE.vocab_size
+    starts = torch.randint(0, SHAPE.vocab_size, (steps, rows, 1), generator=g)
+    data = (starts + torch.arange(SHAPE.max_seq_length + 1)) % SHAPE.vocab_size
     losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = optim.cosine_with_warmup(step, 3e-3, 2, 1_200_000, 3e-4)
-        loss = cross_entropy(model(data[step, :, :-1]), data[step, :, 1:])
-        loss.backward()
-        parallel.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(round(loss.item(), 6))
-    return losses
-
-
-def test_losses_match_the_golden_file():
-    losses = run()
-    if os.environ.get("LLAMA_GOLDEN_UPDATE") == "1":
-        GOLDEN.write_text(json.dumps({"losses": losses}, indent=1) + "\n")
-    golden = json.loads(GOLDEN.read_text())["losses"]
+    for i in range(steps):
+        per = rows // accum
+        micro = [
+            (data[i, m * per : (m + 1) * per, :-1], data[i, m * per : (m + 1) * per, 1:])
+            for m in range(accum)
+        ]
+        loss, _ = train_step(step, micro, optim.cosine_with_warmup(i, 3e-3, 2, 1_200_000, 3e-4))
+        losses.append(loss.item())
     assert losses[-1] < losses[0]
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(golden), rtol=2e-4, atol=2e-4)
+    check_golden("llama", f"accum{accum}", {"losses": losses, "weights": digest(model)})

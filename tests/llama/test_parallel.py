@@ -6,16 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.llama import parallel_worker as worker
-from training.common.fp8 import Fp8, apply_fp8
-from training.llama.config import Parallelism
-from training.llama.train import evaluate
+from training.fp8 import Fp8Settings, apply_fp8
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,7 +32,7 @@ def run_worker(tmp_path, dp: int, tp: int, accum: int, pp: int = 1, **env: str) 
 @pytest.fixture(scope="module")
 def reference():
     model = worker.full_model()
-    losses = worker.train(model, lambda t: t, accum=1)
+    losses = worker.train(model, lambda t: t, worker.single_process(1))
     return losses, {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
@@ -61,7 +58,7 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
     gradient would be off by about 70%."""
     result = torch.load(run_worker(tmp_path, 1, 2, 1, FP8_BACKEND="native"))
     model = worker.full_model()
-    assert "linear layers" in apply_fp8(model, True, "native").description
+    assert "linear layers" in apply_fp8(model, Fp8Settings("native")).description
     want = worker.mlp_gradients(model)
     assert result["described"][1].startswith("DTensor TP over 2 ranks")
     assert want.keys() == result["mlp"].keys()
@@ -115,8 +112,7 @@ def test_pipeline_training_and_evaluation_match_single_process(tmp_path, referen
     assert results[0]["described"][0].startswith(f"stage 0 of {pp} (blocks 0-0)")
     model = worker.full_model()
     model.load_state_dict(ref_state)
-    par = Parallelism(1, 1, 1, 1, 1, 1)
-    expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())
+    expected = worker.evaluate_single(model)
     assert_pipeline_matches(results, ref_losses, ref_state, expected)
 
 
@@ -126,11 +122,10 @@ def test_pipeline_with_torchao_fp8_matches_single_process_fp8(tmp_path):
     and backward on uninitialized tensors to infer its shapes, and their amax became NaN scales here.)"""
     results = run_pipeline(tmp_path, 1, 2, FP8_BACKEND="torchao")
     model = worker.full_model()
-    apply_fp8(model, True, "torchao")
-    losses = worker.train(model, lambda t: t, accum=2)
+    apply_fp8(model, Fp8Settings("torchao"))
+    losses = worker.train(model, lambda t: t, worker.single_process(2))
     state = {k: v.detach().clone() for k, v in model.named_parameters()}
-    par = Parallelism(1, 1, 1, 1, 1, 1)
-    expected = evaluate(model, worker.VALIDATION, par, 0, 4, "cpu", nullcontext(), Fp8())
+    expected = worker.evaluate_single(model)
     # evaluation pads the pipeline's last micro-batch with unlabelled sequences, which torchao's dynamic
     # scaling sees in its amax: equal within FP8's error only
     assert_pipeline_matches(results, losses, state, expected, eval_tol=1e-3)

@@ -1,8 +1,12 @@
-"""training.llama.preflight.check: config, arithmetic and data problems, by name."""
+"""training.llama31_8b.preflight.check: config, arithmetic and data problems, by name."""
 
 from __future__ import annotations
 
-from training.llama.preflight import check
+import subprocess
+import sys
+
+from tests.llama.helpers import ROOT, subprocess_env
+from training.llama31_8b.preflight import check
 
 DEMO = {
     "BENCHMARK": "llama31_8b",
@@ -29,8 +33,6 @@ def test_demo_data_passes(demo_data, tmp_path):
 
 def test_problems_are_named(demo_data, tmp_path):
     assert check({**DEMO, "DATADIR": str(tmp_path)}) == [
-        f"missing data file(s): {tmp_path}/wiki-train_text_document.bin, "
-        f"{tmp_path}/wiki-train_text_document.idx",
         f"missing data file(s): {tmp_path}/wiki-validation_text_document.bin, "
         f"{tmp_path}/wiki-validation_text_document.idx",
     ]
@@ -43,6 +45,25 @@ def test_problems_are_named(demo_data, tmp_path):
     assert "GBS=8 is not a multiple of MBS x data-parallel size = 4 x 3" in arithmetic
     (missing,) = check({k: v for k, v in DEMO.items() if k != "GBS"} | {"DATADIR": str(demo_data)})
     assert "GBS: required" in missing
-    assert check({**DEMO, "BENCHMARK": "llama2_70b_lora", "DATADIR": "/x"})[0].startswith(
-        "BENCHMARK=llama2_70b_lora"
-    )
+
+
+def run_preflight(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "training.preflight"], cwd=ROOT, capture_output=True,
+                          text=True, env=subprocess_env(**env), timeout=300)  # fmt: skip
+
+
+def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(demo_data, tmp_path):
+    """`python -m training.preflight` for BENCHMARK=llama31_8b: the doctor's report for this benchmark, its
+    check, then `python -m input_preprocessing.llama.verify DATADIR --preflight` on the run's files."""
+    env = {**DEMO, "INDEX_CACHE_DIR": str(tmp_path / "idx"), "LOGDIR": str(tmp_path)}
+    ok = run_preflight({**env, "DATADIR": str(demo_data)})
+    assert ok.returncode == 0, ok.stderr
+    assert "llama31_8b: attention (auto)" in ok.stdout and "preflight: llama31_8b OK" in ok.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = run_preflight({**env, "DATADIR": str(empty)})
+    assert bad.returncode == 1
+    assert f"missing: {empty}/wiki-train_text_document.bin" in bad.stderr  # the verifier's word
+    assert "preflight: llama31_8b FAILED" in bad.stdout
+    unknown = run_preflight({**env, "DATADIR": str(demo_data), "BENCHMARK": "llama2_70b_lora_typo"})
+    assert unknown.returncode == 1 and "BENCHMARK=llama2_70b_lora_typo is not one of bert" in unknown.stderr

@@ -1,4 +1,4 @@
-"""The trainer end to end on CPU: `python -m training.llama.train` on the demo data, like run_and_time.sh."""
+"""The 8B trainer end to end on CPU: `python -m training.llama31_8b.train` on the demo data."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def run_train(
             **extra,
         }
     )
-    cmd = [sys.executable, "-m", "training.llama.train"]
+    cmd = [sys.executable, "-m", "training.llama31_8b.train"]
     if nproc > 1:
         cmd = [
             sys.executable,
@@ -54,7 +54,7 @@ def run_train(
             "--standalone",
             f"--nproc_per_node={nproc}",
             "-m",
-            "training.llama.train",
+            "training.llama31_8b.train",
         ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     log.write_text(proc.stdout + proc.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.containers.small_default import REPO
-from training import preflight
+from training.bert import preflight
 from training.bert.config import BertConfig
 
 DOC = REPO / "docs" / "custom_configs.md"
@@ -34,7 +34,7 @@ def sourced(config: Path) -> tuple[dict[str, str], list[str]]:
 def test_shipped_configs_pass(config):
     env, names = sourced(config)
     cfg = BertConfig.from_env({"DATADIR": "/data", **env}, names)
-    assert cfg.check_scale(cfg.world_size()) == []
+    assert cfg.scale_problems(cfg.world_size()) == []
 
 
 def test_the_documented_4_gpu_config_keeps_the_global_batch(tmp_path):
@@ -45,7 +45,7 @@ def test_the_documented_4_gpu_config_keeps_the_global_batch(tmp_path):
     env, names = sourced(derived)
     assert env["DGXSYSTEM"] == "H100_1x4x48"
     cfg = BertConfig.from_env({"DATADIR": "/data", **env}, names)
-    assert cfg.check_scale(4) == []
+    assert cfg.scale_problems(4) == []
     original = BertConfig.from_env({"DATADIR": "/data", **sourced(tmp_path / "config_H100_1x8x48.sh")[0]})
     assert cfg.global_batch_size(cfg.world_size()) == original.global_batch_size(8) == 768
 
@@ -64,8 +64,8 @@ def test_the_documented_4_gpu_config_keeps_the_global_batch(tmp_path):
         ({"DGXSYSTEM": "DGXH100_1x8x48x1_pack", "DGXNGPU": "8"}, None, []),  # another convention: not read
     ],
 )  # fmt: skip
-def test_check_scale(env, world, problems):
-    assert BertConfig.from_env({**BASE, **env}).check_scale(world) == problems
+def test_scale_problems(env, world, problems):
+    assert BertConfig.from_env({**BASE, **env}).scale_problems(world) == problems
 
 
 def test_preflight_checks_the_launchers_world_size(tmp_path):

@@ -1,6 +1,6 @@
 """Attention over packed rows: each token attends only to tokens of its own sequence.
 
-Implementations (chosen once at start by `training.common.backends.choose_attention`):
+Implementations (chosen once at start by `choose_attention`):
 - `sdpa`: PyTorch scaled_dot_product_attention with a block-diagonal boolean mask per row. Runs
   everywhere (CPU included) and supports attention dropout; it computes the masked-out blocks too.
 - `sdpa_cudnn`: the same call with cuDNN's kernel first in SDPA's priority list (NVIDIA GPUs). For a
@@ -20,6 +20,8 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from training.common.backends import importable
 
 IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -54,3 +56,34 @@ def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Ten
         )
         return out[0].view(B, L, heads, dim)
     raise ValueError(f"unknown attention implementation {impl!r} (known: {', '.join(IMPLS)})")
+
+
+def torch_flash_fault() -> str | None:
+    """Why PyTorch's own varlen FlashAttention-2 kernel (BERT's `torch_flash`) cannot run here, or None:
+    it needs a CUDA build and a GPU the kernel was built for; a tiny call with dropout tells."""
+    if not (torch.cuda.is_available() and torch.version.cuda):
+        return "it needs an NVIDIA GPU and a CUDA build of PyTorch"
+    try:
+        x = torch.randn(8, 2, 64, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, 3, 8], device="cuda", dtype=torch.int32)
+        torch.ops.aten._flash_attention_forward(x, x, x, cu, cu, 8, 8, 0.1, False, False)
+    except (RuntimeError, AttributeError) as err:
+        return f"PyTorch's varlen flash kernel failed on {torch.cuda.get_device_name()}: {err}"[:300]
+    return None
+
+
+def choose_attention(requested: str) -> str:
+    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch's own (`torch_flash`) on
+    NVIDIA GPUs where it runs, else PyTorch SDPA with a block mask, preferring cuDNN's kernel on NVIDIA."""
+    gpu = torch.cuda.is_available()
+    if requested == "auto":
+        if gpu and importable("flash_attn"):
+            return "flash_attn"
+        if gpu and torch.version.cuda:
+            return "torch_flash" if torch_flash_fault() is None else "sdpa_cudnn"
+        return "sdpa"
+    if requested == "flash_attn" and not (gpu and importable("flash_attn")):
+        raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
+    if requested == "torch_flash" and (fault := torch_flash_fault()):
+        raise ValueError(f"ATTENTION=torch_flash: {fault}")
+    return requested

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import FP8_BACKENDS, ConfigError, RunSettings, env_names, from_env, var
+from training import benchmarks
+from training.common.config import ConfigError, RunSettings, env_names, var
 
-OFFICIAL_TARGET = 0.720
+OFFICIAL_TARGET = benchmarks.BENCHMARKS["bert"].target
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
-PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 RESIDUAL_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
 class BertConfig(RunSettings):
+    PRECISIONS = ("auto", "fp32", "bf16", "fp16", "fp8")
+    BATCH_VAR = "BATCHSIZE"  # config_<SYSTEM>_<NODES>x<GPUS>x<BATCHSIZE>
+
     datadir: Path = var("DATADIR", help="prepared data: phase1/, hdf5/packed_data, hdf5/eval_varlength")
     batch_size: int = var("BATCHSIZE", help="packed rows per GPU per micro-step")
     lr: float = var("LR", help="LAMB base learning rate")
@@ -51,12 +53,6 @@ class BertConfig(RunSettings):
     train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash")
-    precision: str = var("PRECISION", "auto", help="auto | fp32 | bf16 | fp16 | fp8")
-    fp8_backend: str = var(
-        "FP8_BACKEND",
-        "auto",
-        help="PRECISION=fp8: auto (Transformer Engine, else torchao) | te | torchao | native (ours)",
-    )
     residual_dtype: str = var(
         "RESIDUAL_DTYPE",
         "fp32",
@@ -70,19 +66,18 @@ class BertConfig(RunSettings):
     )
 
     def __post_init__(self):
-        problems = []
+        problems = self.shared_problems()
         positive = ("batch_size", "max_steps", "gradient_steps", "eval_iter_samples", "eval_batch_size",
-                    "num_eval_examples", "max_samples_termination", "log_freq")  # fmt: skip
+                    "num_eval_examples", "max_samples_termination")  # fmt: skip
         env = env_names(type(self))
         problems += [f"{env[name]} must be > 0" for name in positive if getattr(self, name) <= 0]
         if not 0 < self.target_accuracy < 1:
             problems.append(f"TARGET_MLM_ACCURACY={self.target_accuracy} must be in (0, 1)")
-        choices = {"attention": ATTENTION_CHOICES, "precision": PRECISION_CHOICES,
-                   "fp8_backend": FP8_BACKENDS, "residual_dtype": RESIDUAL_DTYPES,
+        choices = {"attention": ATTENTION_CHOICES, "residual_dtype": RESIDUAL_DTYPES,
                    "compile_mode": COMPILE_MODES}  # fmt: skip
         problems += [f"{env[name]}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
                      for name, allowed in choices.items() if getattr(self, name) not in allowed]  # fmt: skip
-        if self.residual_dtype == "bf16" and self.precision in ("fp32", "fp16"):
+        if self.residual_dtype == "bf16" and self.requested_precision() in ("fp32", "fp16"):
             problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
@@ -91,31 +86,15 @@ class BertConfig(RunSettings):
         if problems:
             raise ConfigError("; ".join(problems))
 
-    @classmethod
-    def from_env(cls, environ, config_vars=()) -> BertConfig:
-        return from_env(cls, environ, config_vars)
-
     # Derived values, named as MLPerf logs them.
     def global_batch_size(self, world_size: int) -> int:
         """Samples per optimizer step as MLPerf counts them: rows x packing factor (NVIDIA/AMD convention)."""
         return round(self.batch_size * self.gradient_steps * world_size * self.packing_factor)
 
-    def check_scale(self, world_size: int | None = None) -> list[str]:
-        """The arithmetic of a config derived for another machine: the <NODES>x<GPUS>x<BATCHSIZE> of its name
-        (DGXSYSTEM) against its values, nodes x GPUs against the launcher's world size (when known), and a
-        whole global batch. Returns the problems, each naming its variables."""
-        problems = []
-        ranks = self.world_size()
-        name = re.fullmatch(r".+_(\d+)x(\d+)x(\d+)(?:_.+)?", self.system)
-        if name:
-            values = {"DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node,
-                      "BATCHSIZE": self.batch_size}  # fmt: skip
-            said = dict(zip(values, map(int, name.groups())))
-            problems += [f"DGXSYSTEM={self.system} says {var}={said[var]}, but the config sets {var}={have}"
-                         for var, have in values.items() if said[var] != have]  # fmt: skip
-        if world_size is not None and world_size != ranks:
-            problems.append(f"DGXNNODES={self.num_nodes} x DGXNGPU={self.gpus_per_node} = {ranks} ranks, but "
-                            f"the launcher starts {world_size}")  # fmt: skip
+    def scale_problems(self, world_size: int | None = None) -> list[str]:
+        """The shared checks (DGXSYSTEM's NxGxB, nodes x GPUs against the launcher); a whole global batch."""
+        problems = super().scale_problems(world_size)
+        ranks = world_size or self.world_size()
         rows = self.batch_size * self.gradient_steps * ranks * self.packing_factor
         if abs(rows - round(rows)) > 1e-6:
             problems.append(f"global batch BATCHSIZE x GRADIENT_STEPS x {ranks} ranks x PACKING_FACTOR = "

@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.bert import attention
-from training.common import fp8
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,19 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
+class FeedForward(nn.Module):
+    """The layer's MLP: down(gelu(up(x))). Its own module so that an FP8 backend can run it as one function
+    (`training.fp8.MlpLayout(FeedForward, up="up", down="down")`)."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.up = nn.Linear(hidden, intermediate)
+        self.down = nn.Linear(intermediate, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
 class Layer(nn.Module):
     """Post-LayerNorm transformer encoder layer, as in BERT."""
 
@@ -111,11 +123,9 @@ class Layer(nn.Module):
         self.qkv = nn.Linear(h, 3 * h)
         self.attn_out = nn.Linear(h, h)
         self.attn_norm = ResidualNorm(h, eps=s.layer_norm_eps)
-        self.ffn_in = nn.Linear(h, s.intermediate_size)
-        self.ffn_out = nn.Linear(s.intermediate_size, h)
+        self.ffn = FeedForward(h, s.intermediate_size)
         self.ffn_norm = ResidualNorm(h, eps=s.layer_norm_eps)
         self.dropout = nn.Dropout(s.hidden_dropout_prob)
-        self.fuse_fp8 = True  # native FP8 linears: the FFN in one FP8 function (`fp8.fused_mlp`)
 
     def forward(self, x: torch.Tensor, b: Batch) -> torch.Tensor:
         B, L, H = x.shape
@@ -124,11 +134,7 @@ class Layer(nn.Module):
             self.attn_impl, q, k, v, b, dropout_p=self.attn_dropout if self.training else 0.0
         )
         x = self.attn_norm(x + self.dropout(self.attn_out(ctx.reshape(B, L, H))))
-        if self.fuse_fp8 and fp8.fusable_mlp(self.ffn_in, self.ffn_out):
-            y = fp8.fused_mlp(x, self.ffn_in, self.ffn_out)
-        else:
-            y = self.ffn_out(F.gelu(self.ffn_in(x)))
-        return self.ffn_norm(x + self.dropout(y))
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
 class BertForPackedPretraining(nn.Module):
@@ -204,8 +210,8 @@ _TOP = {
 _LAYER = {
     "attention.output.dense": "attn_out",
     "attention.output.LayerNorm": "attn_norm",
-    "intermediate.dense": "ffn_in",
-    "output.dense": "ffn_out",
+    "intermediate.dense": "ffn.up",
+    "output.dense": "ffn.down",
     "output.LayerNorm": "ffn_norm",
 }
 

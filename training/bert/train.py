@@ -8,7 +8,6 @@ MAX_SAMPLES_TERMINATION (`aborted`). A NaN/inf loss also ends the run `aborted`.
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 import time
@@ -17,23 +16,33 @@ from contextlib import ExitStack, nullcontext
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from training.benchmarks import BENCHMARKS
+from training.bert import attention as attention_impls
 from training.bert import data
 from training.bert.config import OFFICIAL_TARGET, BertConfig
-from training.bert.model import BertForPackedPretraining, BertShape, load_pretrained, pretraining_loss
+from training.bert.model import (
+    BertForPackedPretraining,
+    BertShape,
+    FeedForward,
+    load_pretrained,
+    pretraining_loss,
+)
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
 from training.common import backends, dist
-from training.common.config import ConfigError, write_effective_config
-from training.common.fp8 import Fp8, apply_fp8
+from training.common.config import ConfigError, config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
+from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8
+
+BENCHMARK = BENCHMARKS["bert"]
 
 
 def main() -> int:
-    cfg = BertConfig.from_env(os.environ, os.environ.get("CONFIG_VARS", "").split())
+    cfg = config_from_environment(BertConfig, __doc__)
     info = dist.init_distributed()
     mllog = MLLogger(info.rank)
     mllog.event(constants.CACHE_CLEAR, cfg.clear_caches)
     mllog.start(constants.INIT_START)
-    mllog.submission("bert", cfg.org, cfg.platform, cfg.num_nodes)
+    mllog.submission(BENCHMARK.name, cfg.org, cfg.platform, cfg.num_nodes)
 
     seed = dist.broadcast_int(
         cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31), info.device
@@ -45,8 +54,8 @@ def main() -> int:
 
     paths = cfg.paths()
     shape = BertShape.from_json(paths["bert_config"])
-    attention = backends.choose_attention(cfg.attention)
-    precision = backends.choose_precision(cfg.precision)
+    attention = attention_impls.choose_attention(cfg.attention)
+    precision = backends.choose_precision(cfg.requested_precision())
     if cfg.residual_dtype == "bf16" and precision not in ("bf16", "fp8"):
         raise ConfigError(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8; PRECISION={cfg.precision} "
                           f"resolved to {precision} here")  # fmt: skip
@@ -55,9 +64,7 @@ def main() -> int:
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(info.device)
-    fp8 = apply_fp8(model, precision == "fp8", cfg.fp8_backend)
-    if fp8.backend == "native":  # each layer's FFN runs as one function (Layer.forward)
-        fp8.description += ", FFNs fused (fp8.fused_mlp)"
+    fp8 = apply_fp8(model, fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts) if precision == "fp8" else None)
     chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
               "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
               "data_parallel": "ddp" if info.world_size > 1 else "none",
@@ -145,6 +152,13 @@ def main() -> int:
     mllog.end(constants.RUN_STOP, metadata={"status": status})
     dist.shutdown()
     return 0 if status == constants.SUCCESS else 1
+
+
+def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp8Settings:
+    """FP8 for the encoder layers' linears; with the native backend each layer's FFN runs as one function
+    (unless `fuse_ffn` is off: to compare)."""
+    layout = MlpLayout(FeedForward, up="up", down="down") if fuse_ffn else None
+    return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts)
 
 
 def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo) -> torch.Tensor:

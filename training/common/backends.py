@@ -1,6 +1,7 @@
-"""One provider per concern: which accelerator library each part of a run uses, chosen once at start and
-logged. Vendor libraries (Transformer Engine, apex, flash-attn) are used when the image has them; the
-PyTorch-native paths are what runs everywhere else."""
+"""What this machine has: the platform, which optional accelerator libraries import, the versions worth
+recording with every run, and the compute precision `auto` means here. Each concern's provider (attention,
+FP8, optimizer) is chosen by the package that owns it and logged at start; vendor libraries (Transformer
+Engine, apex, flash-attn) are used when the image has them, the PyTorch-native paths everywhere else."""
 
 from __future__ import annotations
 
@@ -36,43 +37,11 @@ def platform_name() -> str:
     return "cpu"
 
 
-def torch_flash_fault() -> str | None:
-    """Why PyTorch's own varlen FlashAttention-2 kernel (BERT's `torch_flash`) cannot run here, or None:
-    it needs a CUDA build and a GPU the kernel was built for; a tiny call with dropout tells."""
-    if not (torch.cuda.is_available() and torch.version.cuda):
-        return "it needs an NVIDIA GPU and a CUDA build of PyTorch"
-    try:
-        x = torch.randn(8, 2, 64, device="cuda", dtype=torch.bfloat16)
-        cu = torch.tensor([0, 3, 8], device="cuda", dtype=torch.int32)
-        torch.ops.aten._flash_attention_forward(x, x, x, cu, cu, 8, 8, 0.1, False, False)
-    except (RuntimeError, AttributeError) as err:
-        return f"PyTorch's varlen flash kernel failed on {torch.cuda.get_device_name()}: {err}"[:300]
-    return None
-
-
-def choose_attention(requested: str) -> str:
-    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch's own (`torch_flash`) on
-    NVIDIA GPUs where it runs, else PyTorch SDPA with a block mask, preferring cuDNN's kernel on NVIDIA."""
-    gpu = torch.cuda.is_available()
-    if requested == "auto":
-        if gpu and importable("flash_attn"):
-            return "flash_attn"
-        if gpu and torch.version.cuda:
-            return "torch_flash" if torch_flash_fault() is None else "sdpa_cudnn"
-        return "sdpa"
-    if requested == "flash_attn" and not (gpu and importable("flash_attn")):
-        raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
-    if requested == "torch_flash" and (fault := torch_flash_fault()):
-        raise ValueError(f"ATTENTION=torch_flash: {fault}")
-    return requested
-
-
 def choose_precision(requested: str) -> str:
-    """`auto`: bf16 on a GPU, fp32 on the CPU. `fp8` needs Transformer Engine or torchao."""
+    """`auto`: bf16 on a GPU, fp32 on the CPU; anything else as asked (`fp8`: bf16 with FP8 matmuls, whose
+    backend `training.fp8.choose_backend` picks)."""
     if requested == "auto":
         return "bf16" if torch.cuda.is_available() else "fp32"
-    if requested == "fp8" and not (importable("transformer_engine") or importable("torchao")):
-        raise ValueError("PRECISION=fp8 needs Transformer Engine or torchao; neither is importable")
     return requested
 
 

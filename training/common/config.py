@@ -11,10 +11,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
+import os
 import re
+import sys
 import types
 import typing
 from pathlib import Path
+
+from training import fp8
 
 # Variables a config may set that the launchers, not the Python trainer, consume.
 LAUNCHER_VARS = frozenset(
@@ -28,9 +33,6 @@ PASSTHROUGH_PREFIXES = (
     "CUDNN_", "NVTE_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "OMP_", "MKL_", "UCX_", "GLOO_",
     "SBATCH_", "SLURM_", "PYTHON", "TE_", "MLPERF_",
 )  # fmt: skip
-
-
-FP8_BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND of both benchmarks (training.common.fp8)
 
 
 class ConfigError(ValueError):
@@ -57,7 +59,12 @@ def _lookup(f: dataclasses.Field, environ: typing.Mapping[str, str]) -> tuple[st
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """What every benchmark's config shares: submission fields, scale, and what the runner sets per run."""
+    """What every benchmark's config shares: submission fields, scale, precision, and what the runner sets per
+    run. A benchmark's config subclasses it, adds its own variables and calls `shared_problems()` from its
+    `__post_init__`."""
+
+    PRECISIONS: typing.ClassVar[tuple[str, ...]] = ("auto", "fp32", "bf16", "fp8")
+    BATCH_VAR: typing.ClassVar[str] = ""  # the variable the third number of DGXSYSTEM's NxGxB names
 
     seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
     log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
@@ -66,6 +73,22 @@ class RunSettings:
     system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
     num_nodes: int = var("DGXNNODES", 1)
     gpus_per_node: int = var("DGXNGPU", 1)
+    precision: str = var(
+        "PRECISION",
+        "auto",
+        help="auto (bf16 on GPUs, fp32 on the CPU) | fp32 | bf16 | fp8 (bf16 with FP8 matmuls)",
+    )
+    fp8_switch: bool | None = var("FP8", None, help="NVIDIA's and AMD's name: FP8=1 is PRECISION=fp8")
+    fp8_backend: str = var(
+        "FP8_BACKEND",
+        "auto",
+        help="PRECISION=fp8: auto (Transformer Engine, else torchao) | te | torchao | native (ours)",
+    )
+    fp8_casts: str = var(
+        "FP8_CASTS",
+        "auto",
+        help="FP8_BACKEND=native: auto (Triton on GPUs where it matches PyTorch's) | pytorch",
+    )
     clear_caches: bool = var(
         "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
     )
@@ -73,13 +96,95 @@ class RunSettings:
     run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
     is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run: tiny model, marked not valid")
 
+    @classmethod
+    def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterable[str] = ()):
+        return from_env(cls, environ, config_vars)
+
     def world_size(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    def requested_precision(self) -> str:
+        """PRECISION, with NVIDIA's FP8=1 folded in."""
+        return "fp8" if self.fp8_switch else self.precision
+
+    def shared_problems(self) -> list[str]:
+        """The checks of the shared variables, each naming its variable."""
+        counts = {"LOG_FREQ": self.log_freq, "DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node}
+        problems = [f"{name}={value} must be > 0" for name, value in counts.items() if value <= 0]
+        for name, value, choices in (
+            ("PRECISION", self.precision, self.PRECISIONS),
+            ("FP8_BACKEND", self.fp8_backend, fp8.BACKENDS),
+            ("FP8_CASTS", self.fp8_casts, fp8.CASTS),
+        ):
+            if value not in choices:
+                problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
+        if self.fp8_switch is True and self.precision not in ("auto", "bf16", "fp8"):
+            problems.append(f"FP8=1 (bf16 with FP8 matmuls) contradicts PRECISION={self.precision}")
+        if self.fp8_switch is False and self.precision == "fp8":
+            problems.append("FP8=0 contradicts PRECISION=fp8")
+        if self.seed is not None and not 0 <= self.seed < 2**31:
+            problems.append(f"SEED={self.seed} must be in [0, 2^31)")
+        return problems
+
+    def scale_problems(self, world_size: int | None = None) -> list[str]:
+        """The arithmetic of a config derived for another machine: the <NODES>x<GPUS>x<BATCH> of its name
+        (DGXSYSTEM) against its values, and nodes x GPUs against the launcher's world size (when known).
+        Benchmarks add their own batch arithmetic."""
+        problems = []
+        name = re.fullmatch(r".+_(\d+)x(\d+)x(\d+)(?:_.+)?", self.system)
+        if name and self.BATCH_VAR:
+            batch = getattr(self, env_fields(type(self))[self.BATCH_VAR])
+            values = {"DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node, self.BATCH_VAR: batch}
+            said = dict(zip(values, map(int, name.groups())))
+            problems += [f"DGXSYSTEM={self.system} says {var}={said[var]}, but the config sets {var}={have}"
+                         for var, have in values.items() if said[var] != have]  # fmt: skip
+        if world_size is not None and world_size != self.world_size():
+            problems.append(f"DGXNNODES={self.num_nodes} x DGXNGPU={self.gpus_per_node} = "
+                            f"{self.world_size()} ranks, but the launcher starts {world_size}")  # fmt: skip
+        return problems
 
 
 def env_names(cls) -> dict[str, str]:
     """Field name -> environment variable name, for a config dataclass."""
     return {f.name: f.metadata["env"] for f in dataclasses.fields(cls)}
+
+
+def env_fields(cls) -> dict[str, str]:
+    """Environment variable name -> field name, for a config dataclass."""
+    return {f.metadata["env"]: f.name for f in dataclasses.fields(cls)}
+
+
+def finite_problems(values: dict[str, float], positive: bool = True) -> list[str]:
+    """Each number that is not finite (or, with `positive`, not > 0), named."""
+    bad = "must be a finite number > 0" if positive else "must be a finite number"
+    return [f"{name}={value} {bad}" for name, value in values.items()
+            if not math.isfinite(value) or (positive and value <= 0)]  # fmt: skip
+
+
+def describe(cls) -> str:
+    """The variables of a config class, one per line with its default, aliases and help: what an entry
+    point's --help prints."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        name, meta = f.metadata["env"], f.metadata
+        default = "required" if f.default is dataclasses.MISSING else f"default {f.default}"
+        aliases = f" (also {', '.join(meta['aliases'])})" if meta.get("aliases") else ""
+        lines.append(f"  {name}{aliases}: {default}" + (f"; {meta['help']}" if meta["help"] else ""))
+    return "\n".join(lines)
+
+
+def config_from_environment(cls, doc: str, argv: list[str] | None = None):
+    """An entry point's configuration: `cls` built from the environment (the variables the runner's config
+    file exported are listed in CONFIG_VARS). `--help` prints `doc` and the variables and exits 0; any other
+    argument is an error (everything is configured through the environment)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{doc.strip()}\n\nVariables (read from the environment):\n{describe(cls)}")
+        raise SystemExit(0)
+    if argv:
+        raise ConfigError(f"unexpected arguments {' '.join(argv)}: settings come from the environment "
+                          "(see --help)")  # fmt: skip
+    return from_env(cls, os.environ, os.environ.get("CONFIG_VARS", "").split())
 
 
 def _convert(raw: str, typ):

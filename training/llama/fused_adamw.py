@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from training.common.fp8 import local_data
+from training.fp8.gather import local_data
 
 BLOCK = 4096
 

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.common import fp8
 from training.common.backends import importable
 
 
@@ -218,11 +217,8 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(shape.hidden_size, shape.ffn_hidden_size, bias=False)
         self.up_proj = nn.Linear(shape.hidden_size, shape.ffn_hidden_size, bias=False)
         self.down_proj = nn.Linear(shape.ffn_hidden_size, shape.hidden_size, bias=False)
-        self.fuse_fp8 = True  # native FP8 linears: the whole MLP in one FP8 function (`fp8.fused_mlp`)
 
     def forward(self, x):
-        if self.fuse_fp8 and fp8.fusable_mlp(self.up_proj, self.down_proj, self.gate_proj):
-            return fp8.fused_mlp(x, self.up_proj, self.down_proj, self.gate_proj)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -1,20 +1,127 @@
-"""The features a Llama run applies to its model, one small function each, in this fixed order:
+"""How a Llama run lays its model out over the ranks and which features it applies, one small function each,
+in this fixed order (`apply_features`):
 
     apply_pp -> apply_fp8 -> apply_tp -> apply_activation_checkpointing -> apply_compile -> apply_fsdp
 
-(`apply_fp8` lives in training.common.fp8: BERT uses it too.)
-
-Each is a no-op when its feature is off and returns one line saying what it did (the trainer logs it as a
-`backend_*` MLLOG key). Plus the device mesh and gradient clipping over sharded parameters.
+(`apply_fp8` is `training.fp8`'s.) Each is a no-op when its feature is off and returns one line saying what it
+did (the trainers log it as a `backend_*` MLLOG key). Beside them: the layout arithmetic (`Parallelism`,
+`layout`), which feature combinations are implemented (`feature_problems`), the device mesh and gradient
+clipping over sharded parameters.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from training.common.config import ConfigError
+from training.fp8 import Fp8, Fp8Settings, apply_fp8
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How the world splits: world = dp x tp x pp x cp; GBS = MBS x dp x grad_accum."""
+
+    world_size: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    grad_accum: int
+
+
+def layout(world_size: int, tp: int, pp: int, cp: int, global_batch: int, micro_batch: int) -> Parallelism:
+    """The parallelism arithmetic: TP x PP x CP divides the world, and GBS = MBS x DP x grad-accum; a
+    ConfigError naming the variables otherwise."""
+    model_parallel = tp * pp * cp
+    if world_size % model_parallel:
+        raise ConfigError(
+            f"TENSOR_MODEL_PARALLEL_SIZE x PIPELINE_MODEL_PARALLEL_SIZE x CONTEXT_PARALLEL_SIZE = "
+            f"{tp} x {pp} x {cp} = {model_parallel} does not divide the world size {world_size} "
+            f"(DGXNNODES x DGXNGPU)"
+        )
+    dp = world_size // model_parallel
+    if global_batch % (micro_batch * dp):
+        raise ConfigError(
+            f"GBS={global_batch} is not a multiple of MBS x data-parallel size = {micro_batch} x {dp} "
+            f"(world {world_size} / TP x PP x CP {model_parallel})"
+        )
+    accum = global_batch // (micro_batch * dp)
+    if accum < pp:
+        raise ConfigError(
+            f"PIPELINE_MODEL_PARALLEL_SIZE={pp} needs at least as many micro-batches per step: "
+            f"GBS / (MBS x data-parallel size) = {accum}"
+        )
+    return Parallelism(world_size, tp, pp, cp, dp, accum)
+
+
+def feature_problems(
+    tp: int, pp: int, cp: int, fp8_backend: str | None, compile: bool, seq_length: int, num_layers: int
+) -> list[str]:
+    """The feature combinations that are not implemented (or cannot be), each naming its variables.
+    `fp8_backend`: FP8_BACKEND when FP8 is on, else None."""
+    problems = []
+    if pp > 1:
+        # only torchao's stateless scaling is tested with pipelines: Transformer Engine would need its
+        # autocast around the schedule's forwards, and PyTorch's stage infers its shapes by running
+        # forward and backward on uninitialized tensors, whose amax would become the native FP8 scales
+        others = [name for name, on in (
+            ("TENSOR_MODEL_PARALLEL_SIZE>1", tp > 1),
+            ("CONTEXT_PARALLEL_SIZE>1", cp > 1),
+            (f"FP8 with FP8_BACKEND={fp8_backend} (torchao runs)", fp8_backend not in (None, "torchao")),
+            ("COMPILE=1", compile),
+        ) if on]  # fmt: skip
+        if others:
+            problems.append(f"PIPELINE_MODEL_PARALLEL_SIZE>1 with {', '.join(others)} is not implemented")
+        if num_layers % pp:
+            problems.append(f"{num_layers} layers do not split into PIPELINE_MODEL_PARALLEL_SIZE={pp} equal "
+                            "stages")  # fmt: skip
+    if cp > 1:
+        if tp > 1:
+            problems.append("CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented")
+        if compile:
+            problems.append("CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented (PyTorch's context "
+                            "parallelism swaps the attention function at run time)")  # fmt: skip
+        if seq_length % (2 * cp):
+            problems.append(f"SEQ_LENGTH={seq_length} is not a multiple of 2 x CONTEXT_PARALLEL "
+                            "(each rank holds a head and a tail chunk of every sequence)")  # fmt: skip
+    if fp8_backend is not None and tp > 1 and fp8_backend != "native":
+        problems.append(
+            f"FP8 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only (not {fp8_backend!r})"
+        )
+    return problems
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a Llama run applies to its model besides the layout: the arguments of `apply_features`."""
+
+    fp8: Fp8Settings | None = None
+    activation_checkpointing: bool = False
+    compile: bool = False
+    param_dtype: torch.dtype = torch.bfloat16  # FSDP2's compute copy of the parameters
+    reshard_after_forward: bool = True
+
+
+def apply_features(
+    model: nn.Module, mesh: DeviceMesh | None, features: Features
+) -> tuple[Fp8, dict[str, str]]:
+    """Apply the layout and the features to a built (meta or materialized) model, in the fixed order.
+    Returns the FP8 hooks and, per feature, what was done (in that order)."""
+    applied = {"pipeline_parallel": apply_pp(model, mesh)}
+    fp8 = apply_fp8(model, features.fp8)
+    applied["fp8"] = fp8.description
+    applied["tensor_parallel"] = apply_tp(model, mesh)
+    applied["activation_checkpointing"] = apply_activation_checkpointing(
+        model, features.activation_checkpointing
+    )
+    applied["compile"] = apply_compile(model, features.compile)
+    applied["data_parallel"] = apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
+    return fp8, applied
 
 
 def transformer_blocks(model: nn.Module) -> nn.ModuleList:

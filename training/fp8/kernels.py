@@ -1,5 +1,6 @@
-"""The native FP8 linear's casts on NVIDIA and AMD GPUs, in Triton (imported by `fp8` where Triton is
-installed, used for tensors on a GPU; elsewhere `fp8` casts in PyTorch, with the same rounding).
+"""The native FP8 linear's casts on NVIDIA and AMD GPUs, in Triton (imported by `casts` where Triton is
+installed, used for tensors on a GPU once checked there; elsewhere `casts` casts in PyTorch, with the same
+rounding).
 
 `cast_transpose(t, scale, amax, dtype, update_amax)` reads a bf16 matrix once and writes it scaled and cast to
 `dtype`, row-major and transposed, and with `update_amax` its max |t| into `amax` (zeroed first): what
@@ -8,7 +9,7 @@ operand, so each weight-gradient GEMM needs transposed copies of the gradient an
 own fusion of a cast with a transposed write ran at about half of the memory bandwidth on BERT's shapes, and
 its amax was a second pass that recomputed the producer (`perf/RESULTS.md`).
 
-The others fuse the FP8 MLP's activation (`fp8._Fp8MLP`: Llama's SwiGLU, BERT's GELU) with the casts around
+The others fuse the FP8 MLP's activation (`native._Fp8MLP`: Llama's SwiGLU, BERT's GELU) with the casts around
 it: forward, the activation's output written only as FP8 (row-major and transposed) for the down projection;
 backward, the activation's input gradients written only as FP8 for the up projections' GEMMs (and for GELU,
 the up projection's bias gradient summed by column blocks). Intermediate products are rounded to bf16 where

@@ -1,0 +1,119 @@
+"""The benchmarks this toolkit runs: one table, read by the launchers (`run_and_time.sh`, `prepare_data.sh`
+through this module's command line), the preflight, the doctor and the scorer. A new benchmark is one row
+here and one package beside `training/bert/`, with the same files: `config.py`, `preflight.py`, `data.py`,
+`model.py`, `train.py` and a README.
+
+The rows name packages and modules as strings: nothing here imports a benchmark.
+
+    python -m training.benchmarks                      # the table
+    python -m training.benchmarks get NAME FIELD       # one field, for shell scripts (entry, prepare, ...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+
+# The mlperf-logging release whose compliance, RCP and package checkers we run (requirements.txt pins it too).
+MLPERF_LOGGING_VERSION = "4.1.68"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # MLPerf's `submission_benchmark`, and BENCHMARK in the configs
+    title: str
+    package: str  # the Python package: config, preflight, data, model, train
+    ruleset: str  # the last MLPerf Training round that has this benchmark
+    target: float  # the official quality target on `eval_accuracy`
+    higher_is_better: bool
+    samples_key: str  # eval_accuracy metadata key counting samples to converge (the RCP checker reads it)
+    runs: int  # runs an official score needs
+    data_verifier: str  # `python -m <this> DATADIR`: the fast check of the prepared data (exit 0: fine)
+    prepare: str  # the data preparation script, relative to the repository root
+
+    @property
+    def entry(self) -> str:
+        """The trainer's module, started by `torchrun -m`."""
+        return f"{self.package}.train"
+
+    @property
+    def preflight(self) -> str:
+        """The module whose `check(environ) -> list[str]` the preflight runs."""
+        return f"{self.package}.preflight"
+
+    def is_official_target(self, target: float) -> bool:
+        return math.isclose(target, self.target, rel_tol=1e-9)
+
+
+BENCHMARKS = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "bert", "BERT-Large phase 2 (packed Wikipedia)", "training.bert", "5.0.0", 0.720, True,
+            "epoch_num", 10, "input_preprocessing.bert.verify", "input_preprocessing/bert/prepare_data.sh",
+        ),
+        Benchmark(
+            "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", "5.1.0", 3.3, False,
+            "samples_count", 10, "input_preprocessing.llama.verify",
+            "input_preprocessing/llama/prepare_data.sh",
+        ),
+    )
+}  # fmt: skip
+# Scored from public logs (tests/data/mlperf_results) before its trainer exists here.
+SCORED_ONLY = {
+    "llama2_70b_lora": Benchmark(
+        "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "", "5.1.0", 0.925, False,
+        "samples_count", 10, "", "",
+    ),
+}  # fmt: skip
+
+
+def get(name: str | None, source: object = "") -> Benchmark:
+    """The benchmark called `name` (runnable or scored only); `source` (a file, a variable) names where the
+    name was read, for the error."""
+    found = BENCHMARKS.get(name) or SCORED_ONLY.get(name)
+    if found is None:
+        where = f"{source}: " if source else ""
+        raise ValueError(f"{where}unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    return found
+
+
+def runnable(name: str | None, source: object = "BENCHMARK") -> Benchmark:
+    """The benchmark called `name`, which must have a trainer here."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"{source}={name} is not one of {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = parser.add_subparsers(dest="command")
+    one = sub.add_parser("get", help="print one field of one benchmark")
+    one.add_argument("name")
+    one.add_argument("field", help="name, package, ruleset, target, prepare, ... or entry, preflight")
+    args = parser.parse_args(argv)
+    if args.command == "get":
+        try:
+            bench = runnable(args.name)
+        except ValueError as err:
+            print(f"training.benchmarks: {err}", file=sys.stderr)
+            return 2
+        fields = {f.name for f in dataclasses.fields(Benchmark)} | {"entry", "preflight"}
+        if args.field not in fields:
+            print(f"training.benchmarks: no field {args.field!r}; fields: {', '.join(sorted(fields))}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        print(getattr(bench, args.field))
+        return 0
+    for b in BENCHMARKS.values():
+        op = ">=" if b.higher_is_better else "<="
+        print(f"{b.name:<16} {b.title}: eval_accuracy {op} {b.target} (ruleset {b.ruleset}), {b.package}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

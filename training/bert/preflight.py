@@ -1,0 +1,50 @@
+"""BERT's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight` before the runs.
+
+Seconds, not minutes: the config parses and its arithmetic fits the machine (DGXSYSTEM's NxGxB, nodes x GPUs
+against the launcher, a whole global batch), its files exist, the first and last training shard open with
+the trainer's own reader, there are enough shards for the ranks, the attention and FP8 backends asked for
+exist here, and the node has the GPUs the config asks for. (The prepared data's integrity is checked by the
+data verifier the benchmark table names, which the preflight runs next.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from training.common.config import ConfigError
+from training.common.preflight import check_gpus, launch_world_size
+
+
+def check(environ: Mapping[str, str]) -> list[str]:
+    from training.bert import data
+    from training.bert.config import BertConfig
+
+    try:
+        cfg = BertConfig.from_env(environ, environ.get("CONFIG_VARS", "").split())
+    except ConfigError as err:
+        return [str(err)]
+    paths = cfg.paths()
+    problems = [f"{name} {path} does not exist" for name, path in paths.items() if path and not path.exists()]
+    if problems:
+        return problems
+    shards = data.list_shards(paths["train_dir"])
+    for shard in {shards[0], shards[-1]}:
+        try:
+            data.read_rows(shard)
+        except data.DataError as err:
+            problems.append(str(err))
+    problems += cfg.scale_problems(launch_world_size(environ))
+    if len(shards) < cfg.world_size():
+        problems.append(f"{len(shards)} shards in {paths['train_dir']} cannot feed {cfg.world_size()} ranks")
+    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+
+
+def report() -> list[tuple[str, str]]:
+    """What this benchmark would use on this machine, for the doctor."""
+    from training.bert.attention import choose_attention
+
+    try:
+        attention = choose_attention("auto")
+    except ValueError as err:
+        attention = f"none ({err})"
+    return [("attention (auto)", attention), ("optimizer", "LAMB, torch foreach (ours)")]

@@ -1,0 +1,219 @@
+"""FP8 matmuls for the transformer blocks of any benchmark, applied by one function:
+
+    fp8 = apply_fp8(model, Fp8Settings(backend="auto", ...))   # or apply_fp8(model, None): off
+
+It swaps the blocks' linear layers (and, for our own backend, whole MLPs) for FP8 ones and returns an `Fp8`
+with what the training loop needs (a context around forward, a hook after each weight update) and a line
+describing what it did. Backends: Transformer Engine where the image has it, else torchao's float8 training
+(`auto`), or our own delayed-scaling path (`native`: `native.py`, its casts in `casts.py` and `kernels.py`,
+FSDP2 all-gathers in FP8 in `gather.py`). Models import nothing from here; the benchmark names the MLP layout
+to fuse (`MlpLayout`) and passes its settings in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from training.common.backends import importable
+from training.fp8 import casts, gather
+from training.fp8.native import Fp8Linear, FusedFp8MLP
+
+BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND
+RECIPES = ("tensorwise", "rowwise")  # FP8_RECIPE (torchao)
+CASTS = ("auto", "pytorch")  # FP8_CASTS (native)
+
+
+@dataclass(frozen=True)
+class MlpLayout:
+    """Which modules of a model are MLPs that the native backend runs as one FP8 function: instances of
+    `module_type` whose linears are named `up`, `down` and, for a gated (SwiGLU) MLP, `gate`; without a gate
+    the activation is GELU."""
+
+    module_type: type
+    up: str
+    down: str
+    gate: str | None = None
+
+
+@dataclass(frozen=True)
+class Fp8Settings:
+    backend: str = "auto"  # BACKENDS
+    recipe: str = "tensorwise"  # torchao's scaling recipe
+    gather_in_fp8: bool = False  # FSDP2 (without TP) will shard the model: all-gather the weights in FP8
+    fuse_mlp: MlpLayout | None = None  # native: run these MLPs as one FP8 function
+    casts: str = "auto"  # native: CASTS
+
+
+@dataclass
+class Fp8:
+    """What FP8 needs from the training loop: a context around forward (Transformer Engine's autocast) and a
+    hook to call whenever the weights change, once initialized and after each optimizer step (the weights'
+    scales for FP8 all-gathers: torchao's precompute, `gather.precompute_weight_scales` for ours)."""
+
+    backend: str = "off"
+    description: str = "off"
+    forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    weights_changed: Callable[[nn.Module], None] = field(default=lambda model: None)
+
+
+def choose_backend(requested: str) -> str:
+    """The backend FP8_BACKEND=`requested` runs on this machine; ValueError naming why none can."""
+    if requested == "native":
+        arch = _rocm_arch()
+        if arch.startswith("gfx94"):
+            raise ValueError(
+                f"FP8_BACKEND=native computes in the OCP FP8 formats (e4m3fn, e5m2), which this GPU ({arch}: "
+                "MI300X / MI325X) does not multiply; use FP8_BACKEND=te or torchao"
+            )
+        return requested
+    if requested == "auto":
+        if importable("transformer_engine"):
+            return "te"
+        if importable("torchao"):
+            return "torchao"
+        raise ValueError("FP8 needs Transformer Engine or torchao; neither is importable")
+    module = {"te": "transformer_engine", "torchao": "torchao"}[requested]
+    if not importable(module):
+        raise ValueError(f"FP8_BACKEND={requested} but {module} is not importable")
+    return requested
+
+
+def _rocm_arch() -> str:
+    """The AMD GPU's architecture name (gfx942, gfx950, ...), or "" on other devices."""
+    if torch.version.hip is None or not torch.cuda.is_available():
+        return ""
+    return torch.cuda.get_device_properties(0).gcnArchName
+
+
+def _fp8_linear(module: nn.Module, fqn: str) -> bool:
+    """FP8 for the projections inside the transformer blocks (`layers.N...`, also under Hugging Face's
+    `model.` prefix) only, not the output layer or heads (as NeMo's and NVIDIA's recipes), and only where
+    both dimensions are multiples of 16 (the FP8 GEMM's requirement)."""
+    in_block = fqn.startswith("layers.") or ".layers." in fqn
+    return (
+        isinstance(module, nn.Linear)
+        and in_block
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
+
+
+def _swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
+    swapped = 0
+    for fqn, module in list(model.named_modules()):
+        for name, child in list(module.named_children()):
+            if _fp8_linear(child, f"{fqn}.{name}" if fqn else name):
+                setattr(module, name, make(child))
+                swapped += 1
+    return swapped
+
+
+def _fuse_mlps(model: nn.Module, layout: MlpLayout) -> int:
+    """Swap each `layout` MLP whose linears are all native FP8 ones for a `FusedFp8MLP` (same children)."""
+    names = [n for n in (layout.up, layout.down, layout.gate) if n is not None]
+    fused = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            linears = {n: getattr(child, n, None) for n in names}
+            if isinstance(child, layout.module_type) and all(
+                isinstance(m, Fp8Linear) for m in linears.values()
+            ):
+                setattr(parent, name, FusedFp8MLP(layout.up, layout.down, layout.gate, linears))
+                fused += 1
+    return fused
+
+
+def reset_after_materialize(model: nn.Module) -> None:
+    """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers."""
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            module.reset_amax()
+
+
+def apply_fp8(model: nn.Module, settings: Fp8Settings | None) -> Fp8:
+    """Swap the blocks' linear layers for FP8 ones: Transformer Engine's (delayed scaling, HYBRID format,
+    amax history 4, most recent: AMD's and NVIDIA's recipe), torchao's float8 training (dynamic
+    `settings.recipe` scaling) or ours (`native`). None: FP8 off, nothing changed."""
+    if settings is None:
+        return Fp8()
+    backend = choose_backend(settings.backend)
+    if backend == "te":
+        return _apply_te(model)
+    if backend == "native":
+        return _apply_native(model, settings)
+    return _apply_torchao(model, settings)
+
+
+def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
+    triton, casts_chosen = casts.choose_casts(settings.casts)
+    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton))
+    linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    parts = [
+        f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, casts in {casts_chosen})",
+        f"{swapped} linear layers",
+    ]
+    if settings.gather_in_fp8:
+        parts.append(f"FP8 all-gather of {gather.gather_weights_in_fp8(linears)} weights")
+    if settings.fuse_mlp is not None:
+        parts.append(f"{_fuse_mlps(model, settings.fuse_mlp)} MLPs fused")
+    return Fp8("native", ", ".join(parts), weights_changed=gather.precompute_weight_scales)
+
+
+def _apply_te(model: nn.Module) -> Fp8:
+    import transformer_engine.pytorch as te
+    from transformer_engine.common.recipe import DelayedScaling, Format
+
+    def te_linear(child: nn.Linear) -> nn.Module:
+        new = te.Linear(
+            child.in_features,
+            child.out_features,
+            bias=child.bias is not None,
+            params_dtype=child.weight.dtype,
+            device=child.weight.device,
+        )
+        if child.weight.device.type != "meta":
+            with torch.no_grad():
+                new.weight.copy_(child.weight)
+                if child.bias is not None:  # BERT's linears have biases (a checkpoint's too)
+                    new.bias.copy_(child.bias)
+        return new
+
+    swapped = _swap_linears(model, te_linear)
+    recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=4, amax_compute_algo="most_recent")
+    return Fp8(
+        "te",
+        f"transformer_engine delayed scaling HYBRID, {swapped} linear layers",
+        lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe),
+    )
+
+
+def _apply_torchao(model: nn.Module, settings: Fp8Settings) -> Fp8:
+    from torchao.float8 import (
+        Float8LinearConfig,
+        convert_to_float8_training,
+        precompute_float8_dynamic_scale_for_fsdp,
+    )
+
+    if settings.recipe == "tensorwise":
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=settings.gather_in_fp8)
+    else:
+        config = Float8LinearConfig.from_recipe_name(settings.recipe)
+    convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear)
+    swapped = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    precompute = settings.recipe == "tensorwise" and settings.gather_in_fp8
+
+    def after_step(m: nn.Module) -> None:
+        if precompute:
+            precompute_float8_dynamic_scale_for_fsdp(m)
+
+    gathered = ", FP8 all-gather" if precompute else ""
+    return Fp8(
+        "torchao",
+        f"torchao float8 {settings.recipe}{gathered}, {swapped} linear layers",
+        weights_changed=after_step,
+    )

@@ -1,0 +1,169 @@
+"""The native FP8 path's casts: scale, cast and transpose, and the MLP's activations fused with their casts.
+
+Each function takes `triton`: True runs the Triton kernels (`kernels`) on GPU tensors, False PyTorch's eager
+ops, which round the same way. Which one a module uses is decided once, at `apply_fp8`, by `choose_casts`:
+Triton where it is installed and matches PyTorch byte for byte on this GPU (`triton_casts_fault`), else
+PyTorch, with the reason in the logged description.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+
+from training.common.backends import importable
+
+E4M3_MAX, E5M2_MAX = torch.finfo(torch.float8_e4m3fn).max, torch.finfo(torch.float8_e5m2).max  # 448, 57344
+
+if importable("triton"):  # GPU builds of PyTorch ship it, for NVIDIA and AMD alike
+    from training.fp8 import kernels
+else:
+    kernels = None
+
+
+def cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    fmax = torch.finfo(dtype).max
+    return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
+
+
+def scale_of(amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    return fmax / amax.float().clamp(min=1e-12)
+
+
+def amax_of(t: torch.Tensor, by_rows: bool = False) -> torch.Tensor:
+    """max |t|. `by_rows`: row maxima first, a row reduction the compiler fuses into the kernel producing t
+    row by row (LayerNorm, GELU) instead of a separate pass over t."""
+    t = t.detach().abs()
+    return (t.amax(dim=-1) if by_rows else t).amax().float()
+
+
+def _on_kernels(triton: bool, t: torch.Tensor) -> bool:
+    return triton and t.is_cuda
+
+
+def _kernel_amax(amax: torch.Tensor | None, device) -> tuple[torch.Tensor, bool]:
+    """A kernel's (amax, update_amax) arguments: the buffer to update, or a scratch one left alone."""
+    return (amax, True) if amax is not None else (torch.empty((), device=device), False)
+
+
+def cast_transpose(t, scale, dtype, amax=None, by_rows=False, triton=False):
+    """(t scaled and cast to `dtype`, the same transposed and contiguous); with `amax`, its max |t| is
+    written there. One Triton pass on a GPU, else PyTorch (`by_rows` as `amax_of`)."""
+    if _on_kernels(triton, t):
+        buffer, update = _kernel_amax(amax, t.device)
+        return kernels.cast_transpose(t, scale, buffer, dtype, update)
+    if amax is not None:
+        amax.copy_(amax_of(t, by_rows))
+    t8 = cast(t, scale, dtype)
+    return t8, t8.t().contiguous()
+
+
+def act_cast_transpose(up, gate, scale, amax=None, triton=False):
+    """`cast_transpose` to e4m3 of the MLP's activation: silu(gate) * up (SwiGLU) or, without gate, gelu(up);
+    on a GPU one Triton pass that never writes it in bf16, elsewhere PyTorch's eager ops."""
+    if _on_kernels(triton, up):
+        if gate is None:
+            return kernels.gelu_cast_transpose(up, scale, *_kernel_amax(amax, up.device))
+        return kernels.swiglu_cast_transpose(gate, up, scale, *_kernel_amax(amax, up.device))
+    h = F.gelu(up) if gate is None else F.silu(gate) * up
+    return cast_transpose(h, scale, torch.float8_e4m3fn, amax, True)
+
+
+def act_backward_cast_transpose(dh, up, gate, up_scale, gate_scale, up_amax, gate_amax, triton=False):
+    """The gradients of the activation's inputs, for dh the gradient of its output, each `cast_transpose`d to
+    e5m2 with its amax updated: SwiGLU (dup, dup transposed, dgate, dgate transposed); GELU (dup, dup
+    transposed, the column sums of dup in float32: the up projection's bias gradient). One Triton pass on a
+    GPU; elsewhere what eager autograd computes."""
+    e5m2 = torch.float8_e5m2
+    if gate is None:
+        if _on_kernels(triton, up):
+            return kernels.gelu_backward_cast_transpose(dh, up, up_scale, up_amax)
+        dup = torch.ops.aten.gelu_backward(dh, up)
+        return (*cast_transpose(dup, up_scale, e5m2, up_amax), dup.sum(0, dtype=torch.float32))
+    if _on_kernels(triton, up):
+        dg, dgt, du, dut = kernels.swiglu_backward_cast_transpose(
+            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax
+        )
+        return du, dut, dg, dgt
+    dgate, dup = torch.ops.aten.silu_backward(dh * up, gate), dh * F.silu(gate)
+    return (
+        *cast_transpose(dup, up_scale, e5m2, up_amax),
+        *cast_transpose(dgate, gate_scale, e5m2, gate_amax),
+    )
+
+
+def _fp8_codes_close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """FP8 tensors equal but for a few values (under 0.1%) one code apart: what Triton's exp and erf, which
+    are not CUDA's, may change in the activation kernels."""
+    diff = (got.view(torch.uint8).int() - want.view(torch.uint8).int()).abs()
+    return int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
+
+
+def _mlp_kernels_fault(device: torch.device, shape) -> str:
+    """What the activation kernels get wrong against PyTorch's eager ops ("" if nothing): FP8 codes within
+    `_fp8_codes_close`, transposed copies exact, amax and GELU's column sums within bf16's rounding."""
+    gen = torch.Generator(device).manual_seed(1)
+    dh, g, u = (torch.randn(shape, device=device, generator=gen).mul(3).bfloat16() for _ in range(3))
+    scale, amax = torch.tensor(2.0, device=device), [torch.zeros((), device=device) for _ in range(5)]
+    h8, h8t = kernels.swiglu_cast_transpose(g, u, scale, amax[0], True)
+    dg8, dg8t, du8, du8t = kernels.swiglu_backward_cast_transpose(dh, g, u, scale, scale, amax[1], amax[2])
+    gelu8, gelu8t = kernels.gelu_cast_transpose(u, scale, amax[3], True)
+    da8, da8t, colsum = kernels.gelu_backward_cast_transpose(dh, u, scale, amax[4])
+    da = torch.ops.aten.gelu_backward(dh, u)
+    checks = (
+        ("SwiGLU's output", h8, h8t, amax[0], F.silu(g) * u),
+        ("SwiGLU's gate gradient", dg8, dg8t, amax[1], torch.ops.aten.silu_backward(dh * u, g)),
+        ("SwiGLU's up gradient", du8, du8t, amax[2], dh * F.silu(g)),
+        ("GELU's output", gelu8, gelu8t, amax[3], F.gelu(u)),
+        ("GELU's gradient", da8, da8t, amax[4], da),
+    )
+    for name, y, yt, got_amax, ref in checks:
+        if not _fp8_codes_close(y, cast(ref, scale, y.dtype)):
+            return f"the FP8 copy of {name}"
+        if not torch.equal(yt.view(torch.uint8), y.t().contiguous().view(torch.uint8)):
+            return f"the transposed copy of {name}"
+        if abs(float(got_amax) - float(ref.abs().max())) > 2**-7 * float(ref.abs().max()):
+            return f"the amax of {name}"
+    want = da.sum(0, dtype=torch.float32)
+    if float((colsum - want).abs().max()) > 2**-7 * float(da.float().abs().sum(0).max()):
+        return "the column sums of GELU's gradient"
+    return ""
+
+
+def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
+    """What the Triton casts get wrong on `device` against PyTorch's cast ("" if nothing): the FP8 copy, the
+    transposed copy and the amax of bf16, float32 and e4m3 inputs, in both formats, compared byte for byte;
+    then the MLP's activation kernels (`_mlp_kernels_fault`). Triton 3.6 wrote wrong transposed copies of
+    float32 tiles until the kernel worked around it (`perf/RESULTS.md`); other Triton versions and GPUs
+    (ROCm) may have faults of their own."""
+    gen = torch.Generator(device).manual_seed(0)
+    t = torch.randn(shape, device=device, generator=gen) * 3
+    scale = torch.tensor(40.0, device=device)
+    # (FP8 inputs: the FP8 all-gather's copy of the gathered codes, `gather._Fp8GatheredWeight`)
+    for src, dtype in itertools.product(
+        (torch.bfloat16, torch.float32, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2)
+    ):
+        x, amax = t.to(src), torch.zeros((), device=device)
+        y, yt = kernels.cast_transpose(x, scale, amax, dtype, True)
+        want = cast(x, scale, dtype)
+        for name, got, ref in (("copy", y, want), ("transposed copy", yt, want.t().contiguous())):
+            if not torch.equal(got.view(torch.uint8), ref.view(torch.uint8)):
+                return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
+        if float(amax) != float(x.float().abs().max()):
+            return f"the amax of {shape[0]}x{shape[1]} {src}"
+    return _mlp_kernels_fault(device, shape)
+
+
+def choose_casts(requested: str) -> tuple[bool, str]:
+    """(use Triton, what was chosen and why) for FP8_CASTS `requested`: `auto` takes the Triton kernels on a
+    GPU where they match PyTorch's casts there; `pytorch` never does (to compare, or to rule them out)."""
+    if requested == "pytorch":
+        return False, "PyTorch (FP8_CASTS=pytorch)"
+    if kernels is None or not torch.cuda.is_available():
+        return False, "PyTorch"
+    fault = triton_casts_fault(torch.device("cuda", torch.cuda.current_device()))
+    if fault:
+        return False, f"PyTorch (the Triton kernel got {fault} wrong on this GPU)"
+    return True, "Triton (checked against PyTorch's on this GPU)"

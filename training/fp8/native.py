@@ -1,0 +1,257 @@
+"""Our own FP8 training path (`FP8_BACKEND=native`): a linear layer and a fused MLP computing in FP8 with
+delayed scaling, e4m3 operands and e5m2 gradients (Transformer Engine's HYBRID recipe), their casts in Triton
+on GPUs where they match PyTorch's (`casts`).
+
+Kept as our own code, not Transformer Engine's or torchao's, for measured reasons (`perf/RESULTS.md`):
+Transformer Engine cannot be installed where we test, and on H100/H200 this path trains Llama 3.1 8B 6-7%
+faster than torchao's float8 and BERT faster than bf16, with the MLP fused (`FusedFp8MLP`) and weights
+all-gathered in FP8 (`gather`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor, Partial, Shard
+
+from training.fp8.casts import (
+    E4M3_MAX,
+    E5M2_MAX,
+    act_backward_cast_transpose,
+    act_cast_transpose,
+    amax_of,
+    cast_transpose,
+    scale_of,
+)
+from training.fp8.gather import unpack
+
+
+def _cast_weight(w: torch.Tensor, gathered_scale: torch.Tensor | None, triton: bool):
+    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale). A weight all-gathered in
+    FP8 (`gathered_scale`, its scale) already holds both copies in its bytes (`gather.unpack`)."""
+    if gathered_scale is not None:
+        return (*unpack(w), gathered_scale)
+    scale = scale_of(amax_of(w), E4M3_MAX)
+    return (*cast_transpose(w, scale, torch.float8_e4m3fn, triton=triton), scale)
+
+
+def _commit(pairs) -> None:
+    """In a backward: each input amax recorded by its forward (`next`) becomes the one the next forward
+    casts with."""
+    for amax, recorded in pairs:
+        amax.copy_(recorded)
+
+
+class _Fp8Matmul(torch.autograd.Function):
+    """x @ w.T with both operands in e4m3 and the gradients in e5m2 (the HYBRID format). x is cast with the
+    scale of the previous step's amax (delayed scaling: no pass over x before its cast), its amax recorded
+    in the same pass into `x_amax_next` (`update_x_amax`, in training) and moved to `x_amax` by the backward
+    (`_commit`): so a forward recomputed in the backward (activation checkpointing) casts as the first one
+    did. w is cast with its current amax (a small tensor), the incoming gradient with the previous backward's
+    amax, which the backward updates likewise. Each cast also writes the transposed copy that the backward's
+    GEMMs need (the FP8 GEMM takes row-major x column-major operands): x's and the gradient's for the weight
+    gradient, w's for the input gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton):
+        x_scale = scale_of(x_amax, E4M3_MAX)
+        x8, x8t = cast_transpose(
+            x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None, True, triton
+        )
+        w8, w8t, w_scale = _cast_weight(w, w_gathered_scale, triton)
+        bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
+        out = torch.bfloat16
+        y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
+        ctx.save_for_backward(x8t, w8t, x_scale, w_scale)
+        # not saved for backward: that would check its version, which another micro-batch's backward may
+        # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
+        ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next)] if update_x_amax else []
+        ctx.dtypes, ctx.triton = (x.dtype, w.dtype, None if b is None else b.dtype), triton
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x8t, w8t, x_scale, w_scale), g_amax = ctx.saved_tensors, ctx.g_amax
+        g_scale = scale_of(g_amax, E5M2_MAX)
+        g8, g8t = cast_transpose(g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton)
+        g_inv = g_scale.reciprocal()
+        dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
+        dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
+        db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
+        _commit(ctx.commit)
+        return dx, dw, db, None, None, None, None, None, None
+
+
+class _Fp8MLP(torch.autograd.Function):
+    """An MLP with its projections in FP8 as `_Fp8Matmul`'s: down(silu(gate(x)) * up(x)) (Llama's SwiGLU, no
+    biases) or, without gate, down(gelu(up(x))) (BERT's FFN, biases in the GEMMs' epilogues), with fewer
+    passes over memory than one `Fp8Linear` after another. x is cast once for gate and up. The activation's
+    output is written only in FP8, for down (one kernel, not the activation then the cast); in the backward,
+    its input gradients likewise, for the up projections' GEMMs (with GELU, the up bias's gradient summed in
+    the same pass). The same numbers as the `Fp8Linear`s (bit for bit in PyTorch; on GPUs up to where
+    Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
+    recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
+    and the gradients' of y, up and gate (updated by the backward). `w*_gathered`: the scales of weights
+    all-gathered in FP8, or None."""
+
+    @staticmethod
+    def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
+                dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
+                triton):  # fmt: skip
+        x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
+        x8, x8t = cast_transpose(
+            x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None, True, triton
+        )
+        x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
+        wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered, triton)
+        wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
+        bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
+        up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
+        gate = wg8t = g_scale = None
+        if w_gate is not None:
+            wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
+            gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
+        h8, h8t = act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None, triton)
+        y = torch._scaled_mm(
+            h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
+        )
+        ctx.save_for_backward(
+            x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale
+        )
+        ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
+        ctx.commit = [(x_amax, x_amax_next), (h_amax, h_amax_next)] if update_amax else []
+        ctx.dtypes = (
+            x.dtype,
+            w_up.dtype,
+            None if b_up is None else b_up.dtype,
+            None if b_down is None else b_down.dtype,
+        )
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale = ctx.saved_tensors
+        (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
+        dy_scale, dup_scale = scale_of(dy_amax, E5M2_MAX), scale_of(dup_amax, E5M2_MAX)
+        dgate_scale = None if gate is None else scale_of(dgate_amax, E5M2_MAX)
+        dy8, dy8t = cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton)
+        dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
+        dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
+        dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+        db_down = None if bd_dtype is None else dy.sum(0, dtype=torch.float32).to(bd_dtype)
+        dup8, dup8t, *rest = act_backward_cast_transpose(
+            dh, up, gate, dup_scale, dgate_scale, dup_amax, dgate_amax, ctx.triton
+        )
+        dup_inv = dup_scale.reciprocal()
+        dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
+        dw_up = torch._scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
+        db_up = dw_gate = None
+        if gate is None:
+            db_up = None if bu_dtype is None else rest[0].to(bu_dtype)
+        else:
+            (dg8, dg8t), dg_inv = rest, dgate_scale.reciprocal()
+            dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
+            dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
+        _commit(ctx.commit)
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 12
+
+
+class Fp8Linear(nn.Linear):
+    """nn.Linear (same parameters and names) computing in FP8 with delayed scaling (`_Fp8Matmul`); the amax
+    buffers start at the formats' maxima, so the first step casts with scale 1, as Transformer Engine. A model
+    built on the meta device calls `reset_amax` once materialized (`to_empty` leaves buffers unset). Under
+    FSDP2 its weight may be all-gathered in FP8 (`gather.gather_weights_in_fp8`). `triton`: its casts run
+    in Triton on GPU tensors (`casts.choose_casts`)."""
+
+    gathers_fp8 = False  # its weight is an `_Fp8GatheredWeight`, scaled by the `w_scale` buffer
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, triton: bool = False) -> Fp8Linear:
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        new.weight, new.bias, new.triton = linear.weight, linear.bias, triton
+        device = linear.weight.device
+        new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
+        new.register_buffer("x_amax_next", torch.tensor(E4M3_MAX, device=device), persistent=False)
+        new.register_buffer("g_amax", torch.tensor(E5M2_MAX, device=device), persistent=False)
+        return new
+
+    @torch.no_grad()
+    def reset_amax(self) -> None:
+        self.x_amax.fill_(E4M3_MAX)
+        self.x_amax_next.fill_(E4M3_MAX)
+        self.g_amax.fill_(E5M2_MAX)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.weight, DTensor):
+            return self._forward_tensor_parallel(x)
+        return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax)
+
+    def gathered_scale(self) -> torch.Tensor | None:
+        """The scale its weight was all-gathered in FP8 with, or None (a plain weight, cast here)."""
+        return self.w_scale if self.gathers_fp8 else None
+
+    def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
+        flat = x.reshape(-1, x.shape[-1])
+        # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
+        training = self.training and torch.is_grad_enabled()
+        y = _Fp8Matmul.apply(
+            flat, w, b, x_amax, x_amax_next, g_amax, training, self.gathered_scale(), self.triton
+        )
+        return y.view(*x.shape[:-1], -1)
+
+    def _forward_tensor_parallel(self, x):
+        """Under DTensor tensor parallelism (the weight sharded by rows: column-parallel, with the input
+        replicated; or by columns: row-parallel, with the input sharded the same way): the FP8 GEMM of the
+        local shards, with this rank's own scales (each rank dequantizes its product before any sum, so the
+        scales need not agree), DTensor only at the edges. The gradient of a replicated input is a partial
+        sum per rank; DTensor all-reduces it."""
+        w = self.weight
+        if w.device_mesh.ndim != 1 or not w.placements[0].is_shard():
+            raise NotImplementedError(f"native FP8 linear with a weight placed {w.placements}")
+        row_parallel = w.placements[0].dim == 1
+        if row_parallel and self.bias is not None:
+            raise NotImplementedError(
+                "native FP8 row-parallel linear with a bias (it would be added per rank)"
+            )
+        grad = [Shard(x.ndim - 1)] if row_parallel else [Partial()]
+        b = None if self.bias is None else self.bias.to_local()
+        # parallelize_module made the amax buffers replicated DTensors: each rank keeps its own values
+        buffers = self.x_amax, self.x_amax_next, self.g_amax
+        amax = [a.to_local() if isinstance(a, DTensor) else a for a in buffers]
+        y = self._matmul(x.to_local(grad_placements=grad), w.to_local(), b, *amax)
+        out = [Partial()] if row_parallel else [Shard(y.ndim - 1)]
+        return DTensor.from_local(y, w.device_mesh, out, run_check=False)
+
+
+class FusedFp8MLP(nn.Module):
+    """An MLP whose projections are `Fp8Linear`s, run as one FP8 function (`_Fp8MLP`) instead of three
+    linears: down(silu(gate(x)) * up(x)) with a gate (SwiGLU), else down(gelu(up(x))). Its children keep the
+    names of the MLP it replaces (`apply_fp8` swaps it in for the module the benchmark names in `MlpLayout`),
+    so parameter names, initialization and checkpoints are unchanged. Under tensor parallelism (DTensor
+    weights) it runs the linears one by one."""
+
+    def __init__(self, up: str, down: str, gate: str | None, linears: dict[str, Fp8Linear]):
+        super().__init__()
+        self.names = up, down, gate
+        for name, linear in linears.items():
+            setattr(self, name, linear)
+
+    def parts(self) -> tuple[Fp8Linear, Fp8Linear, Fp8Linear | None]:
+        up, down, gate = self.names
+        return getattr(self, up), getattr(self, down), None if gate is None else getattr(self, gate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up, down, gate = self.parts()
+        if isinstance(down.weight, DTensor):
+            h = F.gelu(up(x)) if gate is None else F.silu(gate(x)) * up(x)
+            return down(h)
+        flat = x.reshape(-1, x.shape[-1])
+        training = down.training and torch.is_grad_enabled()
+        w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
+        # gate's x_amax and x_amax_next, the same input as up's, stay unused
+        y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
+                          up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
+                          training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
+                          down.gathered_scale(), down.triton)  # fmt: skip
+        return y.view(*x.shape[:-1], -1)

@@ -1,0 +1,169 @@
+"""One Llama training step and one evaluation pass, written once: the trainers, the golden tests, the parallel
+test worker and `perf/bench_llama.py` all call `train_step`, so every published speed-up measures the
+trainer's own step.
+
+A `Step` holds what the step needs besides its data (model, optimizer, layout, loss, contexts). Each branch of
+the layout is taken here, inside the functions: pipeline parallelism runs the step's micro-batches through
+its schedule; otherwise they run one at a time (FSDP2 reduce-scatters after the last only), inside PyTorch's
+context-parallel context when the sequences are split across ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from training.common import dist
+from training.fp8 import Fp8
+from training.llama import parallel
+from training.llama.model import cross_entropy
+
+
+@dataclass
+class Step:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None  # None: evaluation only
+    layout: parallel.Parallelism
+    device: torch.device
+    mesh: object | None = None  # the (dp, pp, cp, tp) DeviceMesh, None for one process
+    loss_fn: object = cross_entropy  # (logits, labels, reduction) -> loss; labels of -100 are ignored
+    autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
+    fp8: Fp8 = field(default_factory=Fp8)
+    clip_norm: float = 1.0
+    schedule: object | None = None  # set by `__post_init__` with pipeline parallelism
+
+    def __post_init__(self):
+        groups = self.optimizer.param_groups if self.optimizer is not None else []
+        self.params = [p for group in groups for p in group["params"]]  # the sharded parameters
+        self.stages = self.mesh["pp"].get_group() if self.layout.pp > 1 else None
+        if self.layout.pp > 1 and self.schedule is None:
+            self.schedule = parallel.pipeline_schedule(
+                self.model, self.mesh, self.device, self.layout.grad_accum, pipeline_loss
+            )
+
+
+def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A micro-batch's loss on the last pipeline stage: the mean over its tokens in training; summed over
+    labelled tokens and divided by all, so that evaluation can pad with unlabelled (-100) sequences."""
+    return cross_entropy(logits, labels, reduction="sum") / labels.numel()
+
+
+def forward_backward(step: Step, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Forward and backward of the step's (tokens, labels) micro-batches on this rank, the gradients averaged
+    over them. Returns this rank's mean loss (zero on pipeline stages other than the last)."""
+    loss_sum = torch.zeros((), device=step.device)
+    if step.schedule is not None:  # the pipeline runs the micro-batches (and FSDP's gradient sync)
+        tokens, labels = (torch.cat(t).to(step.device) for t in zip(*micro_batches))
+        losses = []
+        with step.autocast:
+            parallel.pipeline_step(step.schedule, step.mesh, tokens, labels, losses)
+        return torch.stack(losses).mean().detach() if losses else loss_sum
+    accum = len(micro_batches)
+    for micro, batch in enumerate(micro_batches):
+        tokens, labels = (t.to(step.device, non_blocking=True) for t in batch)
+        # FSDP2: reduce-scatter the gradients after the last micro-batch only
+        if hasattr(step.model, "set_requires_gradient_sync"):
+            step.model.set_requires_gradient_sync(micro == accum - 1)
+        cp_context, positions = parallel.context_parallel(step.mesh, tokens, labels)
+        with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
+            with step.autocast, step.fp8.forward_context():
+                loss = step.loss_fn(step.model(tokens, positions), labels)
+            (loss / accum).backward()
+        loss_sum += loss.detach() / accum
+    return loss_sum
+
+
+def train_step(
+    step: Step, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step at learning rate `lr` over the step's micro-batches (this rank's share of the
+    global batch): forward and backward, the gradients clipped by their global norm, AdamW, the FP8 hook.
+    Returns (the step's loss over all its sequences, the gradient norm before clipping), on the device."""
+    for group in step.optimizer.param_groups:
+        group["lr"] = lr
+    loss = forward_backward(step, micro_batches)
+    # the mean of every rank's loss (data-parallel ranks read different sequences, context-parallel ranks
+    # different chunks of them, tensor-parallel ranks the same; of a pipeline only the last stage has it)
+    loss = dist.all_reduce_sum(loss) / (step.layout.world_size // step.layout.pp)
+    grad_norm = parallel.clip_grad_norm_(step.params, step.clip_norm, step.stages, step.optimizer)
+    step.optimizer.step()
+    step.optimizer.zero_grad(set_to_none=True)
+    step.fp8.weights_changed(step.model)
+    return loss, grad_norm
+
+
+@torch.no_grad()
+def evaluate(step: Step, validation: torch.Tensor, dp_rank: int, micro_batch: int) -> float:
+    """Mean next-token loss (the log-perplexity) over the labelled tokens of the validation rows
+    ((n, seq + 1) token ids), split across data-parallel ranks."""
+    step.model.eval()
+    dp = step.layout.dp
+    mine = validation[dp_rank::dp]
+    pipeline = step.schedule is not None
+    chunk = micro_batch * (step.layout.grad_accum if pipeline else 1)
+    totals = torch.zeros(2, dtype=torch.float64, device=step.device)
+    for b in range(math.ceil(math.ceil(len(validation) / dp) / chunk)):
+        batch = mine[b * chunk : (b + 1) * chunk].to(step.device, non_blocking=True).long()
+        if pipeline:
+            totals += _pipeline_eval_sums(step, batch, chunk, validation[:1])
+            continue
+        weight = 1.0
+        if len(batch) == 0:  # this rank is out of sequences: a zero-weight forward keeps ranks in step
+            batch, weight = validation[:1].to(step.device).long(), 0.0
+        labels = batch[:, 1:]
+        with step.autocast, step.fp8.forward_context():
+            logits = step.model(batch[:, :-1])
+        totals[0] += weight * step.loss_fn(logits, labels, reduction="sum").double()
+        totals[1] += weight * int((labels != -100).sum())
+    step.model.train()
+    parallel.reshard(step.model)  # FSDP2 keeps the root gathered after a no-grad forward
+    # every rank of a tensor-parallel group adds the same sums: the ratio is unchanged
+    loss_sum, count = dist.all_reduce_sum(totals).tolist()
+    return loss_sum / count
+
+
+def _pipeline_eval_sums(step: Step, batch: torch.Tensor, chunk: int, pad: torch.Tensor) -> torch.Tensor:
+    """(loss sum, labelled tokens) of `batch` through the pipeline, padded to `chunk` rows with unlabelled
+    copies of `pad`; the last stage turns its per-token means back into sums (the others add zeros)."""
+    # contiguous: the pipeline stages check their inputs' strides against the training micro-batches'
+    # (torch 2.11 on the GPUs refused these slices of the (n, seq + 1) rows)
+    tokens, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+    if len(batch) < chunk:
+        rows = chunk - len(batch)
+        tokens = torch.cat([tokens, pad[:, :-1].to(step.device).long().expand(rows, -1)])
+        labels = torch.cat([labels, labels.new_full((rows, labels.shape[1]), -100)])
+    losses = []
+    with step.autocast:
+        parallel.pipeline_step(step.schedule, step.mesh, tokens, labels, losses, train=False)
+    totals = torch.zeros(2, dtype=torch.float64, device=step.device)
+    if losses:
+        totals[0] += sum(float(loss) for loss in losses) * (labels.numel() // step.layout.grad_accum)
+        totals[1] += int((labels != -100).sum())
+    return totals
+
+
+def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_size: int) -> None:
+    """Compile and warm the kernels before the clock starts, as NVIDIA's RUN_WARMUP_ON_SYNTH_DATA: `steps`
+    forward and backward passes of a step's micro-batches of random tokens, then an evaluation forward;
+    gradients dropped and no optimizer step, so the weights stay exactly the initialized ones. No training
+    or validation data is read."""
+    if steps == 0:
+        return
+    accum = step.layout.grad_accum if step.schedule is not None else 1
+    for _ in range(steps):  # contiguous (MBS, seq) tokens, as the training batches
+        tokens = torch.randint(0, vocab_size, (micro_batch * accum, seq_length), device=step.device)
+        forward_backward(step, [(t, t) for t in tokens.chunk(accum)])
+    step.model.zero_grad(set_to_none=True)
+    step.model.eval()
+    with torch.no_grad(), step.autocast:  # the evaluation's forward and loss, compiled here too
+        if step.schedule is not None:
+            parallel.pipeline_step(step.schedule, step.mesh, tokens, tokens, [], train=False)
+        else:
+            with step.fp8.forward_context():
+                step.loss_fn(step.model(tokens), tokens, reduction="sum")
+    step.model.train()
+    parallel.reshard(step.model)

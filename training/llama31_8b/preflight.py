@@ -1,0 +1,69 @@
+"""Llama 3.1 8B's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight`.
+
+Seconds, not minutes: the config parses and its parallel layout fits DGXNNODES x DGXNGPU (and the launcher's
+world size), the validation file holds the EVAL_SAMPLES sequences the evaluation reads, the index cache
+folder is writable, FP8 has a backend, and the node has the GPUs the config asks for. (The data files'
+structure is checked by the data verifier the benchmark table names, which the preflight runs next.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from training.common.config import ConfigError
+from training.common.preflight import check_gpus, launch_world_size
+
+
+def check(environ: Mapping[str, str]) -> list[str]:
+    from training.llama31_8b import data
+    from training.llama31_8b.config import LlamaPretrainConfig
+
+    try:
+        cfg = LlamaPretrainConfig.from_env(environ, environ.get("CONFIG_VARS", "").split())
+    except ConfigError as err:
+        return [str(err)]
+    problems = cfg.scale_problems(launch_world_size(environ))
+    paths = cfg.paths()
+    if not cfg.datadir.is_dir():
+        return [*problems, f"DATADIR {cfg.datadir} does not exist"]
+    try:
+        need = cfg.eval_samples * cfg.seq_length + 1
+        have = data.validation_token_count(paths["valid"])
+        if have < need:
+            problems.append(
+                f"{paths['valid']}: {have} tokens, fewer than the {need} that EVAL_SAMPLES="
+                f"{cfg.eval_samples} sequences of SEQ_LENGTH={cfg.seq_length} need"
+            )
+    except data.DataError as err:
+        problems.append(str(err))
+    cache = paths["cache"]
+    probe = cache if cache.exists() else cache.parent
+    if not os.access(probe, os.W_OK):
+        problems.append(f"INDEX_CACHE_DIR {cache} is not writable")
+    if cfg.fp8:
+        from training.fp8 import choose_backend
+
+        try:
+            choose_backend(cfg.fp8_backend)
+        except ValueError as err:
+            problems.append(str(err))
+    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+
+
+def report() -> list[tuple[str, str]]:
+    """What this benchmark would use on this machine, for the doctor."""
+    import torch
+
+    from training.fp8 import choose_backend
+    from training.llama.model import choose_attention
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        fp8 = choose_backend("auto")
+    except ValueError as err:
+        fp8 = f"none ({err})"
+    optimizer = "AdamW: ours in Triton where it matches torch's fused" if device.type == "cuda" else (
+        "AdamW: torch foreach")  # fmt: skip
+    return [("attention (auto)", choose_attention("auto", device)), ("fp8 backend (auto)", fp8),
+            ("optimizer", optimizer)]  # fmt: skip
