@@ -60,6 +60,20 @@ class Launch:
             timeout=60,
         )
 
+    def run_sourced(
+        self, config: Path, script: str = "run_with_docker.sh", **extra: str
+    ) -> subprocess.CompletedProcess:
+        """The user's way: `source CONFIG && bash SCRIPT` in one shell (CONFIG_FILE not given)."""
+        env = {k: v for k, v in {**self.env, **extra}.items() if k != "CONFIG_FILE"}
+        return subprocess.run(
+            ["bash", "-c", 'source "$1" && exec bash "$2"', "user-shell", str(config), str(REPO / script)],
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     def start(self, **extra: str) -> subprocess.Popen:
         return subprocess.Popen(
             ["bash", str(REPO / "run_with_docker.sh")],
