@@ -21,7 +21,13 @@ load_config
 : "${CONTAINER_RUNTIME:=docker}"
 : "${CONT:=}"
 case ${CONTAINER_RUNTIME} in
-  docker | podman) [[ -n ${CONT} ]] || die "CONT not set: export CONT=<image> (or CONTAINER_RUNTIME=none)" ;;
+  docker | podman)
+    [[ -n ${CONT} ]] || die "CONT not set: export CONT=<image> (or CONTAINER_RUNTIME=none)"
+    # one word on the engine's command line, not an option
+    [[ ${CONT} =~ ^[A-Za-z0-9_./][A-Za-z0-9_./:@+-]*$ ]] ||
+      die "CONT=${CONT}: expected an image name (letters, digits and _ . / : @ + -)"
+    require_mountable DATADIR LOGDIR
+    ;;
   none) ;;
   *) die "CONTAINER_RUNTIME=${CONTAINER_RUNTIME}: expected docker, podman or none" ;;
 esac

@@ -12,6 +12,11 @@
 #   THP_ENABLED, THP_DEFRAG  transparent huge pages modes (default always, as AMD sets both; or madvise)
 set -euo pipefail
 
+die() {
+  echo "runtime_tunables.sh: error: $*" >&2
+  exit 2
+}
+
 dry_run=0
 if [[ ${1:-} == --dry-run ]]; then
   dry_run=1
@@ -26,6 +31,16 @@ fi
 : "${IDLE_MAX_STATE:=1}"
 : "${THP_ENABLED:=always}"
 : "${THP_DEFRAG:=always}"
+# Checked before use: IDLE_MAX_STATE goes into arithmetic, the modes into kernel files.
+[[ ${IDLE_MAX_STATE} =~ ^[0-9]{1,2}$ ]] || die "IDLE_MAX_STATE=${IDLE_MAX_STATE}: expected a whole number"
+case ${THP_ENABLED} in
+  always | madvise | never) ;;
+  *) die "THP_ENABLED=${THP_ENABLED}: expected always, madvise or never" ;;
+esac
+case ${THP_DEFRAG} in
+  always | defer | defer+madvise | madvise | never) ;;
+  *) die "THP_DEFRAG=${THP_DEFRAG}: expected always, defer, defer+madvise, madvise or never" ;;
+esac
 root=${TUNABLES_ROOT%/}
 
 # How this user can write kernel settings: as root, through passwordless sudo, or not at all.

@@ -20,6 +20,28 @@ die() {
   exit 2
 }
 
+# require_int MIN NAME...: each variable a plain whole number of at least MIN, before it is used in shell
+# arithmetic (which would run a command hidden in a value such as HOME[$(command)]) or on a command line.
+require_int() {
+  local min=$1 name value
+  shift
+  for name; do
+    value=${!name:-}
+    if [[ ! ${value} =~ ^(0|[1-9][0-9]{0,17})$ ]] || ((value < min)); then
+      die "${name}=${value}: expected a whole number$( ((min == 0)) || echo " of at least ${min}")"
+    fi
+  done
+}
+
+# require_mountable NAME...: each a folder that a container runtime can mount: its --volume, --bind and
+# --container-mounts lists are separated by ':' and ','.
+require_mountable() {
+  local name
+  for name; do
+    [[ ${!name} != *[:,]* ]] || die "${name}=${!name}: a folder to mount in the container cannot have ':' or ','"
+  done
+}
+
 # ---- the config: the one the user sourced, its names read from its text ----
 
 # config_names FILE: the names FILE exports, read from its text and never by running it: run a second time, a
@@ -252,7 +274,11 @@ load_config() {
   [[ ${system} == "config_${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
     "DGXSYSTEM=${DGXSYSTEM} (config_${DGXSYSTEM}.sh) sourced in this shell: source the file you mean to run," \
     "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
+  [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
+    die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
   : "${BENCHMARK:?BENCHMARK not set: the config exports it (bert, llama31_8b or llama2_70b_lora)}"
+  [[ ${BENCHMARK} =~ ^[a-z0-9][a-z0-9_]*$ ]] ||
+    die "BENCHMARK=${BENCHMARK}: expected a benchmark's name (bert, llama31_8b or llama2_70b_lora)"
   : "${DATADIR:?DATADIR not set: export DATADIR=<the prepared data folder>}"
   : "${LOGDIR:=./results}"
   : "${NEXP:=1}"
@@ -261,9 +287,11 @@ load_config() {
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
   [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
-  [[ ${NEXP} =~ ^[1-9][0-9]*$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
-  [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]+$ ]] || die "SEED=${SEED}: not a non-negative integer"
+  [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
+  [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
+  [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
+    die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
   mkdir -p "${LOGDIR}"
   LOGDIR=$(cd "${LOGDIR}" && pwd)
   DATADIR=$(cd "${DATADIR}" && pwd)

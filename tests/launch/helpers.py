@@ -153,6 +153,28 @@ def bin_tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
+def fake_host(root: Path, governors: str = "performance powersave") -> Path:
+    """An untuned host under `root` (for TUNABLES_ROOT): 2 CPUs with 4 idle states each, powersave governor,
+    NMI watchdog, NUMA balancing, ASLR and THP madvise, as the kernel shows them."""
+    files = {
+        "proc/sys/kernel/nmi_watchdog": "1",
+        "proc/sys/kernel/numa_balancing": "1",
+        "proc/sys/kernel/randomize_va_space": "2",
+        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
+        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
+    }
+    for cpu in (0, 1):
+        base = f"sys/devices/system/cpu/cpu{cpu}"
+        files[f"{base}/cpufreq/scaling_governor"] = "powersave"
+        files[f"{base}/cpufreq/scaling_available_governors"] = governors
+        for state in range(4):
+            files[f"{base}/cpuidle/state{state}/disable"] = "0"
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(value + "\n")
+    return root
+
+
 def fake_launch(tmp_path: Path, system: str, config: str) -> Launch:
     """Folders, a config file and the environment of a launcher run with the fakes, CONTAINER_RUNTIME=none."""
     for name in ("data", "state", "bin"):

@@ -9,33 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import REPO
+from tests.launch.helpers import REPO, fake_host
 
 SCRIPT = REPO / "runtime_tunables.sh"
 SETTINGS = ["cpu_governor", "cpuidle_state1+_disabled", "nmi_watchdog", "numa_balancing",
             "randomize_va_space", "thp_enabled", "thp_defrag"]  # fmt: skip
-
-
-def fake_host(root: Path, governors="performance powersave") -> Path:
-    """An untuned host: 2 CPUs with 4 idle states each, powersave governor, NMI watchdog, NUMA balancing,
-    ASLR and THP madvise, as the kernel shows them."""
-    files = {
-        "proc/sys/kernel/nmi_watchdog": "1",
-        "proc/sys/kernel/numa_balancing": "1",
-        "proc/sys/kernel/randomize_va_space": "2",
-        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
-        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
-    }
-    for cpu in (0, 1):
-        base = f"sys/devices/system/cpu/cpu{cpu}"
-        files[f"{base}/cpufreq/scaling_governor"] = "powersave"
-        files[f"{base}/cpufreq/scaling_available_governors"] = governors
-        for state in range(4):
-            files[f"{base}/cpuidle/state{state}/disable"] = "0"
-    for name, value in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(value + "\n")
-    return root
 
 
 def read(root: Path, name: str) -> str:

@@ -104,6 +104,46 @@ def test_setup_errors_name_the_variable(job, env, named):
     assert srun_calls(job) == [] and job.module_calls("training.preflight") == []
 
 
+INJECTED = "PATH[$(touch {mark})]"  # run by bash's arithmetic if the value reaches it unchecked
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_NUM_NODES", "SLURM_CPUS_ON_NODE"])
+def test_slurm_values_are_not_evaluated(job, name):
+    mark = job.tmp / "ran"
+    result = run_sub(job, **{name: INJECTED.format(mark=mark)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{name}=" in result.stderr and "a whole number" in result.stderr
+    assert not mark.exists() and srun_calls(job) == []
+
+
+def test_config_values_are_not_evaluated(job):
+    mark = job.tmp / "ran"
+    config = job.tmp / f"config_{SYSTEM}.sh"
+    config.write_text(config.read_text() + f"export DGXNGPU='{INJECTED.format(mark=mark)}'\n")
+    result = run_sub(job)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "DGXNGPU=" in result.stderr and not mark.exists()
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"MASTER_PORT": "1;2"}, "MASTER_PORT=1;2"),
+        ({"MASTER_ADDR": "-x"}, "MASTER_ADDR=-x"),
+        ({"WALLTIME_RUNANDTIME": "--exclusive"}, "WALLTIME_RUNANDTIME=--exclusive"),
+        ({"CONT_WORKDIR": "code"}, "CONT_WORKDIR=code"),
+        ({"CONTAINER_RUNTIME": "apptainer", "CONT": "-B/:/host"}, "CONT=-B/:/host"),
+        ({"CONTAINER_RUNTIME": "pyxis", "CONT": "img", "LOGDIR": "{tmp}/a,b"}, "LOGDIR={tmp}/a,b"),
+    ],
+)
+def test_values_on_srun_s_command_line_are_checked(job, env, named):
+    env = {k: v.format(tmp=job.tmp) for k, v in env.items()}
+    result = run_sub(job, **env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert named.format(tmp=job.tmp) in result.stderr
+    assert [a for a in srun_calls(job) if "training/run_and_time.sh" in a] == []
+
+
 def test_pyxis_is_the_default_where_srun_has_it(job):
     add_container_tools(job)  # only the image's python3
     result = run_sub(job, CONTAINER_RUNTIME="", FAKE_PYXIS="1", CONT="registry#mlperf/bert:1")
