@@ -283,6 +283,7 @@ load_config() {
   : "${LOGDIR:=./results}"
   : "${NEXP:=1}"
   : "${CLEAR_CACHES:=1}"
+  : "${LOGDIR_MB_PER_RUN:=64}"
   : "${CONT_NAME:=mlperf_${BENCHMARK}}"
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
@@ -290,13 +291,39 @@ load_config() {
   [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
+  require_int 0 LOGDIR_MB_PER_RUN
   [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
     die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
   mkdir -p "${LOGDIR}"
   LOGDIR=$(cd "${LOGDIR}" && pwd)
   DATADIR=$(cd "${DATADIR}" && pwd)
+  check_logdir_space
   _config_file=$(readlink -f "${CONFIG_FILE}")
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
+}
+
+# The free space of LOGDIR in KiB, as df reports it to a user (the blocks kept for root left out).
+logdir_free_kib() {
+  local out fields
+  out=$(df -Pk -- "${LOGDIR}") || return 1
+  read -ra fields <<<"${out##*$'\n'}"
+  [[ ${fields[3]:-} =~ ^[0-9]+$ ]] || return 1
+  echo "${fields[3]}"
+}
+
+# Refuse before the first run when LOGDIR cannot hold what the runs write. A run leaves its log there (the
+# MLLOG lines, a loss line every LOG_FREQ steps: about 600 for a Llama 3.1 8B run to its sample limit, 80 for
+# BERT, and every rank's warnings; under 1 MB, a few MB with NCCL_DEBUG=INFO on many ranks), its effective
+# config, compliance report and tunables reports (a few KB each). LOGDIR_MB_PER_RUN (default 64) is well
+# above that; the summary and its plot are given one more such share. LOGDIR_MB_PER_RUN=0 skips the check.
+check_logdir_space() {
+  ((LOGDIR_MB_PER_RUN > 0)) || return 0
+  local free need=$(((NEXP + 1) * LOGDIR_MB_PER_RUN))
+  free=$(logdir_free_kib) ||
+    die "could not read the free space of LOGDIR=${LOGDIR} from df (LOGDIR_MB_PER_RUN=0 skips the check)"
+  ((free >= need * 1024)) || die "LOGDIR=${LOGDIR}: $((free / 1024)) MiB free, but NEXP=${NEXP} runs need" \
+    "${need} MiB (LOGDIR_MB_PER_RUN=${LOGDIR_MB_PER_RUN} each, and as much for the summary): free some" \
+    "space, point LOGDIR elsewhere, or set LOGDIR_MB_PER_RUN to what a run of yours writes"
 }
 
 # The names the config exports go to the container by name (the value comes from this shell); CONFIG_VARS
@@ -372,10 +399,21 @@ describe_exit() {
   esac
 }
 
-_run_pid=
+# Why a trial's log could not be written: a full LOGDIR (with what df says is free), or tee's own error.
+describe_log_failure() {
+  local free
+  if free=$(logdir_free_kib) && ((free < 1024)); then
+    echo "disk full in LOGDIR (${LOGDIR}: ${free} KiB free): its log is incomplete"
+  else
+    echo "the log could not be written (tee exit $1, its error above)"
+  fi
+}
+
+_run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
   cleanup
+  if [[ -n ${_fifo_dir} ]]; then rm -rf -- "${_fifo_dir}"; fi
   exit "${rc}"
 }
 _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit cleans up
@@ -383,6 +421,11 @@ _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit
   if [[ -n ${_run_pid} ]]; then
     kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2
     wait "${_run_pid}" || echo "run stopped (exit $?); partial log: ${_log}" >&2
+  elif [[ -n ${_tee_pid} ]]; then
+    : >"${_fifo_dir}/output" # no run to write: tee, waiting for one, gets an empty output
+  fi
+  if [[ -n ${_tee_pid} ]]; then
+    wait "${_tee_pid}" || echo "(writing the log failed: exit $?)" >&2
     echo "${RUNNER}: run stopped by SIG$1" >>"${_log}"
   fi
   exit "$2"
@@ -395,9 +438,10 @@ install_traps() {
 
 # The NEXP runs, each with its compliance check, then the score of LOGDIR; exits with the verdict.
 run_experiments() {
-  local k tag seed rc failures=()
-  local first
+  local k tag seed rc tee_rc failures=() first
   first=$(next_index)
+  _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
+  mkfifo "${_fifo_dir}/output"
   for ((k = 1; k <= NEXP; k++)); do
     tag="${_prefix}_$((first + k - 1))"
     _log="${LOGDIR}/${tag}.log"
@@ -406,19 +450,32 @@ run_experiments() {
     else
       seed=$(($(od -An -N4 -tu4 /dev/urandom) & 0x7fffffff))
     fi
-    # The trial runs as its own process group, so a signal handler can stop all of it. The subshell and tee
-    # ignore the stop signal: tee keeps writing the run's last words to the log until the run has ended.
+    # The trial runs as its own process group, so a signal handler can stop all of it; it ignores the stop
+    # signal itself, to wait for its run and exit with its status. Its output goes through a FIFO to tee, a
+    # process of its own that ignores the signal too: it writes the run's last words to the log until the run
+    # has ended, and its exit status tells a log that could not be written (a full disk) from a failed run.
     set -m
+    (trap '' INT TERM && exec tee "${_log}") <"${_fifo_dir}/output" &
+    _tee_pid=$!
     (
       trap '' INT TERM
       set +e
-      { trap - INT TERM && run_trial "${k}" "${tag}" "${seed}"; } 2>&1 | tee "${_log}"
-      exit "${PIPESTATUS[0]}"
-    ) &
+      (trap - INT TERM && run_trial "${k}" "${tag}" "${seed}")
+    ) >"${_fifo_dir}/output" 2>&1 &
     _run_pid=$!
     set +m
     if wait "${_run_pid}"; then rc=0; else rc=$?; fi
-    _run_pid=
+    if wait "${_tee_pid}"; then tee_rc=0; else tee_rc=$?; fi
+    _run_pid='' _tee_pid=''
+    if ((tee_rc != 0)); then # the next runs' logs could not be written either
+      failures+=("trial ${k} (${_log}): $(describe_log_failure "${tee_rc}") (the run's own exit: ${rc})")
+      if ((k + 1 == NEXP)); then
+        failures+=("trial ${NEXP} not started: its log could not be written either")
+      elif ((k < NEXP)); then
+        failures+=("trials $((k + 1))-${NEXP} not started: their logs could not be written either")
+      fi
+      break
+    fi
     ((rc == 0)) || failures+=("trial ${k} (${_log}): exit ${rc}, $(describe_exit "${rc}")")
     run_inside -- "${_py}" -m training.scoring.compliance "${_in_logdir}/${tag}.log" ||
       failures+=("trial ${k} (${_log}): compliance check failed (exit $?), see ${LOGDIR}/${tag}.compliance.txt")
