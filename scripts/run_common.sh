@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # What run_with_docker.sh (one node) and run.sub (SLURM) share: reading the config, the NEXP loop (host
 # tuning, page cache drop, one timed run tee'd to LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log numbered on from the
-# highest index already there, its compliance check) and the final scoring. Sourced, never run.
+# highest index already there, its compliance check), putting the host's settings back, and the final
+# scoring. Sourced, never run.
 #
 # The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls load_config and
 # config_env, then defines where its steps run and calls preflight and run_experiments:
@@ -246,8 +247,8 @@ _config_words() {
 # checks. A config names itself: it exports CONFIG_FILE, its own path (every shipped config starts so), and
 # DGXSYSTEM, its file name. The launchers read its variable names from that file, so a copy edited and
 # sourced from anywhere is the config that runs; a shell with DGXSYSTEM but no CONFIG_FILE, or the two
-# naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path) and _prefix
-# (<BENCHMARK>_<DGXSYSTEM>).
+# naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path), _prefix
+# (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the CPU-sized configs: CPU_DEMO=1).
 load_config() {
   local given system same
   if [[ -z ${DGXSYSTEM:-} ]]; then
@@ -294,6 +295,11 @@ load_config() {
   require_int 0 LOGDIR_MB_PER_RUN
   [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
     die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
+  case ${CPU_DEMO:-0} in # as the trainers read it
+    1 | [Tt][Rr][Uu][Ee] | [Yy][Ee][Ss] | [Oo][Nn]) _tune_host=0 ;;
+    0 | [Ff][Aa][Ll][Ss][Ee] | [Nn][Oo] | [Oo][Ff][Ff] | '') _tune_host=1 ;;
+    *) die "CPU_DEMO=${CPU_DEMO}: expected 0/1, true/false, yes/no" ;;
+  esac
   mkdir -p "${LOGDIR}"
   LOGDIR=$(cd "${LOGDIR}" && pwd)
   DATADIR=$(cd "${DATADIR}" && pwd)
@@ -378,8 +384,12 @@ drop_caches() { # on every node
 run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; prints everything for the log
   local cleared=0
   echo "Beginning trial $1 of ${NEXP}: RUN_TAG=$2 SEED=$3"
-  on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
-    echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
+  if ((_tune_host)); then
+    on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
+      echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
+  else
+    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node; this host is left as it is)"
+  fi
   if ((CLEAR_CACHES == 0)); then
     echo "CLEAR_CACHES=0: page cache not dropped"
   elif drop_caches; then
@@ -389,6 +399,19 @@ run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; pr
       "CLEAR_CACHES=0 for this run" >&2
   fi
   run_training "RUN_TAG=$2" "SEED=$3" "CLEAR_CACHES=${cleared}" -- bash training/run_and_time.sh
+}
+
+# Put back, on every node, each setting runtime_tunables.sh changed (it keeps their first values): at the end
+# of the runs, and on the way out when stopped or failing.
+_restore_pending=0
+restore_tunables() {
+  _restore_pending=0
+  if on_each_node bash "${REPO_DIR}/runtime_tunables.sh" --restore "${LOGDIR}"; then
+    echo "${RUNNER}: runtime tunables restored"
+  else
+    echo "WARNING: runtime_tunables.sh --restore failed (exit $?): the host settings it names above are" \
+      "still the benchmark's" >&2
+  fi
 }
 
 describe_exit() {
@@ -412,6 +435,7 @@ describe_log_failure() {
 _run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
+  if ((_restore_pending)); then restore_tunables; fi
   cleanup
   if [[ -n ${_fifo_dir} ]]; then rm -rf -- "${_fifo_dir}"; fi
   exit "${rc}"
@@ -436,12 +460,14 @@ install_traps() {
   trap '_on_signal TERM 143' TERM
 }
 
-# The NEXP runs, each with its compliance check, then the score of LOGDIR; exits with the verdict.
+# The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
+# exits with the verdict.
 run_experiments() {
   local k tag seed rc tee_rc failures=() first
   first=$(next_index)
   _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
   mkfifo "${_fifo_dir}/output"
+  _restore_pending=${_tune_host}
   for ((k = 1; k <= NEXP; k++)); do
     tag="${_prefix}_$((first + k - 1))"
     _log="${LOGDIR}/${tag}.log"
@@ -480,6 +506,7 @@ run_experiments() {
     run_inside -- "${_py}" -m training.scoring.compliance "${_in_logdir}/${tag}.log" ||
       failures+=("trial ${k} (${_log}): compliance check failed (exit $?), see ${LOGDIR}/${tag}.compliance.txt")
   done
+  if ((_restore_pending)); then restore_tunables; fi
 
   echo "Scoring: ${_py} -m training.scoring ${_in_logdir}"
   run_inside -- "${_py}" -m training.scoring "${_in_logdir}" ||

@@ -8,6 +8,7 @@ keeps a pretend container's environment and runs `exec` commands here). Host tun
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -173,6 +174,19 @@ def fake_host(root: Path, governors: str = "performance powersave") -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(value + "\n")
     return root
+
+
+def kernel_settings(root: Path) -> dict[str, str]:
+    """Every setting of a fake host's /proc and /sys, by path relative to `root`: the value, or the
+    [selected] choice of a THP-style file (a fake file holds what was written; the kernel brackets it)."""
+    out = {}
+    for top in ("proc", "sys"):
+        for path in (root / top).rglob("*"):
+            if path.is_file():
+                text = path.read_text().strip()
+                chosen = re.search(r"\[([^]]+)\]", text)
+                out[path.relative_to(root).as_posix()] = chosen.group(1) if chosen else text
+    return out
 
 
 def fake_launch(tmp_path: Path, system: str, config: str) -> Launch:

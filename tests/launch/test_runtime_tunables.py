@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import REPO, fake_host
+from tests.launch.helpers import REPO, fake_host, kernel_settings
 
 SCRIPT = REPO / "runtime_tunables.sh"
 SETTINGS = ["cpu_governor", "cpuidle_state1+_disabled", "nmi_watchdog", "numa_balancing",
@@ -78,12 +78,6 @@ def test_dry_run_only_reports(tmp_path):
     assert {p: p.read_text() for p in root.rglob("*") if p.is_file()} == before
 
 
-def test_dry_run_on_this_machine_is_harmless():
-    result = tunables("--dry-run", root=Path("/"))
-    assert result.returncode == 0, result.stderr
-    assert " applied" not in result.stdout
-
-
 def test_missing_files_and_modes(tmp_path):
     root = fake_host(tmp_path / "host", governors="powersave schedutil")
     (root / "proc/sys/kernel/nmi_watchdog").unlink()
@@ -93,6 +87,49 @@ def test_missing_files_and_modes(tmp_path):
     assert rows["nmi_watchdog"] == ["-", "-", "skipped:absent"]
     assert rows["cpu_governor"][2] == "skipped:unsupported(no-performance-governor)"
     assert rows["thp_enabled"] == ["madvise", "madvise", "skipped:already-set"]
+
+
+def saved_state(root: Path) -> Path:
+    """Where the first value of each changed setting is kept: under the tuned tree's /run (cleared at boot,
+    as the kernel settings are)."""
+    return root / "run" / "mlperf_runtime_tunables.saved"
+
+
+def test_restore_puts_back_the_first_values(tmp_path):
+    root = fake_host(tmp_path / "host")
+    before = kernel_settings(root)
+    assert tunables(str(tmp_path / "logs"), root=root).returncode == 0
+    assert saved_state(root).exists()
+    # a second trial with another THP mode: the value to restore stays the one found first
+    assert tunables(str(tmp_path / "logs"), root=root, THP_ENABLED="never").returncode == 0
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0, result.stderr
+    assert kernel_settings(root) == before
+    assert not saved_state(root).exists()
+    rows = report(tmp_path / "logs")
+    assert rows["randomize_va_space"] == ["0", "2", "restored"]
+    assert rows["thp_enabled"] == ["never", "madvise", "restored"]
+    assert rows["cpuidle_state1+_disabled"] == ["1", "0", "restored"]
+    # nothing left to restore: a second restore changes nothing and says so
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0 and "nothing to restore" in result.stdout
+    assert kernel_settings(root) == before
+
+
+def test_restore_writes_only_tunable_files_and_plain_values(tmp_path):
+    root = fake_host(tmp_path / "host")
+    assert tunables(str(tmp_path / "logs"), root=root).returncode == 0
+    (root / "etc").mkdir()
+    (root / "etc" / "passwd").write_text("root:x:0:0\n")
+    with saved_state(root).open("a") as state:
+        state.write("passwd\tetc/passwd\tpwned\n")
+        state.write("numa_balancing\tproc/sys/kernel/../../../etc/passwd\tpwned\n")
+        state.write("nmi_watchdog\tproc/sys/kernel/nmi_watchdog\t1 $(reboot)\n")
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0, result.stderr
+    assert (root / "etc" / "passwd").read_text() == "root:x:0:0\n"
+    assert result.stderr.count("not a saved tunable, ignored") == 3
+    assert (root / "proc/sys/kernel/randomize_va_space").read_text() == "2\n"  # the valid lines restored
 
 
 def test_usage():

@@ -67,6 +67,7 @@ def test_docker_s_command_line_gets_checked_values(docker_launch, env, named):
     "env, named",
     [
         ({"BENCHMARK": "bert x"}, "BENCHMARK=bert x"),
+        ({"CPU_DEMO": "maybe"}, "CPU_DEMO=maybe"),
     ],
 )
 def test_names_that_make_file_names_are_checked(launch, env, named):

@@ -38,8 +38,10 @@ def test_two_nodes_without_container(job):
     # per trial: tunables and cache drop on each node, then one torchrun per node
     per_node = ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--mpi=none"]
     sruns = srun_calls(job)
-    assert len(sruns) == 6
+    assert len(sruns) == 7
     assert sruns[0] == [*per_node, "bash", str(REPO / "runtime_tunables.sh"), str(job.logdir)]
+    # after the runs: the settings the tunables changed put back on every node
+    assert sruns[6] == [*per_node, "bash", str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
     assert sruns[1][: len(per_node)] == per_node and sruns[1][-1] == "true"  # DROPCACHE_CMD, on every node
     trial = sruns[2]
     assert trial[:6] == [*per_node, "--kill-on-bad-exit=1", f"--chdir={REPO}"]
@@ -246,6 +248,7 @@ def test_sigterm_stops_the_run_and_removes_the_enroot_container(job):
     assert proc.returncode == 143, out
     assert job.calls("enroot")[-1].argv == ["remove", "--force", "mlperf_bert"]
     assert logs(job) == [f"{PREFIX}_1.log"] and job.module_calls("training.scoring") == []
+    assert srun_calls(job)[-2][-3:] == [str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
 
 
 def test_run_sub_is_strict_and_shares_the_loop():
