@@ -4,7 +4,8 @@
 #   2. prepare BERT data from the bundled Wikipedia excerpt with the real pipeline (first time only),
 #   3. run the CPU-sized BERT config NEXP=2 times through run_with_docker.sh without a container,
 #   4. print the scored summary.
-# A tiny model with a lower target: the logs and summary say it is NOT a valid MLPerf result.
+# A tiny model with a lower target: the logs and summary say it is NOT a valid MLPerf result. The config sets
+# CPU_DEMO=1, so the launcher leaves this machine's kernel settings alone (no runtime_tunables.sh).
 # Variables: DEMO_DIR (default ./demo), NEXP (default 2).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host side of one node: config -> one long-lived container -> preflight -> NEXP x (runtime tunables, page
-# cache drop, timed run, compliance check) -> scoring. Each run's log is LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log,
-# numbered on from the highest index already there, so nothing is overwritten.
+# cache drop, timed run, compliance check) -> host settings put back -> scoring. Each run's log is
+# LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log, numbered on from the highest index already there, so nothing is
+# overwritten.
 #   source configs/bert/config_MI300X_1x8x48.sh
 #   export CONT=mlperf/bert DATADIR=/data/bert_data NEXP=10 LOGDIR=./results
 #   bash run_with_docker.sh
@@ -21,7 +22,13 @@ load_config
 : "${CONTAINER_RUNTIME:=docker}"
 : "${CONT:=}"
 case ${CONTAINER_RUNTIME} in
-  docker | podman) [[ -n ${CONT} ]] || die "CONT not set: export CONT=<image> (or CONTAINER_RUNTIME=none)" ;;
+  docker | podman)
+    [[ -n ${CONT} ]] || die "CONT not set: export CONT=<image> (or CONTAINER_RUNTIME=none)"
+    # one word on the engine's command line, not an option
+    [[ ${CONT} =~ ^[A-Za-z0-9_./][A-Za-z0-9_./:@+-]*$ ]] ||
+      die "CONT=${CONT}: expected an image name (letters, digits and _ . / : @ + -)"
+    require_mountable DATADIR LOGDIR
+    ;;
   none) ;;
   *) die "CONTAINER_RUNTIME=${CONTAINER_RUNTIME}: expected docker, podman or none" ;;
 esac

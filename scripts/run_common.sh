@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # What run_with_docker.sh (one node) and run.sub (SLURM) share: reading the config, the NEXP loop (host
 # tuning, page cache drop, one timed run tee'd to LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log numbered on from the
-# highest index already there, its compliance check) and the final scoring. Sourced, never run.
+# highest index already there, its compliance check), putting the host's settings back, and the final
+# scoring. Sourced, never run.
 #
 # The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls load_config and
 # config_env, then defines where its steps run and calls preflight and run_experiments:
@@ -20,66 +21,339 @@ die() {
   exit 2
 }
 
+# require_int MIN NAME...: each variable a plain whole number of at least MIN, before it is used in shell
+# arithmetic (which would run a command hidden in a value such as HOME[$(command)]) or on a command line.
+require_int() {
+  local min=$1 name value
+  shift
+  for name; do
+    value=${!name:-}
+    if [[ ! ${value} =~ ^(0|[1-9][0-9]{0,17})$ ]] || ((value < min)); then
+      die "${name}=${value}: expected a whole number$( ((min == 0)) || echo " of at least ${min}")"
+    fi
+  done
+}
+
+# require_mountable NAME...: each a folder that a container runtime can mount: its --volume, --bind and
+# --container-mounts lists are separated by ':' and ','.
+require_mountable() {
+  local name
+  for name; do
+    [[ ${!name} != *[:,]* ]] || die "${name}=${!name}: a folder to mount in the container cannot have ':' or ','"
+  done
+}
+
+# ---- the config: the one the user sourced, its names read from its text ----
+
+# config_names FILE: the names FILE exports, read from its text and never by running it: run a second time, a
+# config would repeat its commands and lose what depends on the caller's environment. Sets _config_names (in
+# order) and _config_conditional (those exported only under a condition: after && or || or in a pipeline,
+# inside if/case/a loop/{ }/( )/a function). Follows `source` (or `.`) of an absolute path and of
+# "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/FILE". Dies, naming FILE:LINE, on what could export a name
+# unseen: eval, set -a, declare/typeset -x, export -n, a computed name, a source it cannot resolve, a
+# here-document.
+config_names() {
+  _config_names=() _config_conditional=()
+  local -A _cond_of=()
+  local name
+  _scan_config "$(readlink -f "$1")" 0 0
+  for name in "${_config_names[@]}"; do
+    if [[ ${_cond_of[${name}]} == 1 ]]; then _config_conditional+=("${name}"); fi
+  done
+}
+
+# _scan_config FILE OUTER LEVEL: split FILE into words and commands as bash would (quotes, $( ), ${ },
+# backslashes, comments, ; & && || | ( )) and hand each command to _config_command. OUTER is 1 when FILE is
+# itself sourced under a condition; LEVEL counts the sources followed so far.
+_scan_config() {
+  local file=$1 outer=$2 level=$3
+  local LC_ALL=C text c next top i length line=1 start=1 word='' stack='' depth=0 cases=0 listcond=0 andor=0 redirect=0
+  local words=()
+  ((level < 8)) || die "${file}: configs that source each other more than 8 deep"
+  [[ -f ${file} && -r ${file} ]] || die "${file}: no such config file (or not readable)"
+  text=$(<"${file}")$'\n'
+  length=${#text}
+  for ((i = 0; i < length; i++)); do
+    c=${text:i:1} next=${text:i+1:1}
+    if [[ -n ${stack} ]]; then # inside quotes or an expansion: all of it belongs to the word
+      word+=${c}
+      top=${stack: -1}
+      if [[ ${top} == "'" ]]; then
+        if [[ ${c} == "'" ]]; then stack=${stack%?}; fi
+      elif [[ ${c} == "\\" ]]; then
+        word+=${next} && i=$((i + 1))
+        if [[ ${next} == $'\n' ]]; then line=$((line + 1)); fi
+      elif [[ ${c} == '`' ]]; then
+        if [[ ${top} == '`' ]]; then stack=${stack%?}; else stack+=${c}; fi
+      elif [[ ${top} == '"' && ${c} == '"' ]]; then
+        stack=${stack%?}
+      elif [[ ${c} == '$' && (${next} == '(' || ${next} == '{') ]]; then
+        word+=${next} && stack+=${next} && i=$((i + 1))
+      elif [[ ${top} == '"' || ${top} == '`' ]]; then
+        : # text
+      elif [[ ${c} == "'" || ${c} == '"' || (${c} == '(' && ${top} == '(') ]]; then
+        stack+=${c}
+      elif [[ (${c} == ')' && ${top} == '(') || (${c} == '}' && ${top} == '{') ]]; then
+        stack=${stack%?}
+      fi
+      if [[ ${c} == $'\n' ]]; then line=$((line + 1)); fi
+      continue
+    fi
+    case ${c} in
+      ' ' | $'\t') _config_word ;;
+      $'\n')
+        _config_word
+        # a newline right after && || | continues the list
+        if ((${#words[@]} > 0 || !andor)); then _config_command ';'; fi
+        line=$((line + 1))
+        ;;
+      '#')
+        if [[ -n ${word} ]]; then
+          word+=${c}
+        else # a comment, to the end of the line
+          while [[ ${text:i+1:1} != $'\n' ]]; do i=$((i + 1)); done
+        fi
+        ;;
+      "\\")
+        if [[ ${next} == $'\n' ]]; then line=$((line + 1)); else word+=${c}${next}; fi
+        i=$((i + 1))
+        ;;
+      '<' | '>' | '&' | ';' | '|')
+        if [[ ${c}${next} == '<<' && ${text:i+2:1} != '<' ]]; then
+          die "${file}:${line}: here-document: the launchers read a config's names from its text, and cannot" \
+            "tell its commands from a here-document's; write export NAME=value lines"
+        fi
+        if [[ ${c} == [\<\>] || ${c}${next} == '&>' ]]; then # a redirection: its target is not an argument
+          if [[ ${word} =~ ^[0-9]+$ ]]; then word=''; fi     # 2>&1: a file descriptor
+          _config_word
+          while [[ ${text:i+1:1} == [\<\>\&\|] ]]; do i=$((i + 1)); done
+          redirect=1
+        else
+          _config_word
+          if [[ ${next} == "${c}" ]]; then
+            i=$((i + 1)) && _config_command "${c}${c}"
+          else
+            _config_command "${c}"
+          fi
+        fi
+        ;;
+      '(' | ')') _config_word && _config_command "${c}" ;;
+      "'" | '"' | '`') word+=${c} && stack+=${c} ;;
+      '$')
+        word+=${c}
+        if [[ ${next} == '(' || ${next} == '{' ]]; then word+=${next} && stack+=${next} && i=$((i + 1)); fi
+        ;;
+      *) word+=${c} ;;
+    esac
+  done
+}
+
+_config_word() { # the word read so far ends (the target of a redirection is dropped)
+  if [[ -z ${word} ]]; then return 0; fi
+  if ((redirect)); then
+    redirect=0
+  else
+    if ((${#words[@]} == 0)); then start=${line}; fi
+    words+=("${word}") && andor=0
+  fi
+  word=''
+}
+
+# _config_command OP: the command read so far ends with OP (; for a newline): read what it exports.
+_config_command() {
+  local op=$1 background=0
+  if [[ ${op} == '|' || ${op} == '&' ]]; then background=1; fi # a subshell: what it exports is lost
+  if ((${#words[@]} > 0)); then _config_words "${background}"; fi
+  words=()
+  case ${op} in
+    '&&' | '||' | '|') listcond=1 andor=1 ;;
+    ';' | ';;' | '&') listcond=0 ;;
+    '(') if ((cases == 0)); then depth=$((depth + 1)); fi ;;
+    ')') if ((cases == 0)); then depth=$((depth - 1)); fi ;;
+  esac
+}
+
+# _config_words SUBSHELL: one command's words: block keywords, then export, source, or what is refused.
+_config_words() {
+  local subshell=$1 k=0 w cond=0 name src self
+  while ((k < ${#words[@]})); do # reserved words and leading NAME=value assignments
+    w=${words[k]}
+    case ${w} in
+      'if' | 'while' | 'until' | '{') depth=$((depth + 1)) ;;
+      'fi' | 'done' | '}') depth=$((depth - 1)) ;;
+      'for' | 'select' | 'function') # a loop's or a function's header: its body opens a block
+        if [[ ${words[-1]} == '{' || ${w} != function ]]; then depth=$((depth + 1)); fi
+        return 0
+        ;;
+      'case') depth=$((depth + 1)) cases=$((cases + 1)) && return 0 ;;
+      'esac') depth=$((depth - 1)) cases=$((cases - 1)) ;;
+      'then' | 'do' | 'else' | 'elif' | '!' | 'time') ;;
+      *) [[ ${w} =~ ^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?= ]] || break ;;
+    esac
+    k=$((k + 1))
+  done
+  ((k < ${#words[@]})) || return 0
+  if ((outer || subshell || listcond || depth > 0)); then cond=1; fi
+  local where="${file}:${start}"
+  case ${words[k]} in
+    export)
+      for w in "${words[@]:k+1}"; do
+        case ${w} in
+          -p | --) continue ;;
+          -*) die "${where}: export ${w}: not read by the launchers; write export NAME=value" ;;
+        esac
+        [[ ${w} =~ ^([A-Za-z_][A-Za-z0-9_]*)(\+?=.*)?$ ]] ||
+          die "${where}: export ${w}: not a variable name the launchers can read; write export NAME=value"
+        name=${BASH_REMATCH[1]}
+        if [[ -z ${_cond_of[${name}]:-} ]]; then
+          _config_names+=("${name}") && _cond_of[${name}]=${cond}
+        elif ((cond == 0)); then
+          _cond_of[${name}]=0
+        fi
+      done
+      ;;
+    eval) die "${where}: eval: the launchers read a config's names from its text, and cannot see what eval" \
+      "exports; write export NAME=value" ;;
+    set)
+      for w in "${words[@]:k+1}"; do
+        if [[ ${w} =~ ^-[A-Za-z]*a || ${w} == allexport ]]; then
+          die "${where}: set -a exports every assignment, unseen by the launchers; write export NAME=value"
+        fi
+      done
+      ;;
+    declare | typeset | local | readonly)
+      for w in "${words[@]:k+1}"; do
+        if [[ ${w} =~ ^-[A-Za-z]*x ]]; then
+          die "${where}: ${words[k]} -x: not read by the launchers; write export NAME=value"
+        fi
+      done
+      ;;
+    source | .)
+      src=${words[k + 1]:-}
+      src=${src//\"/} && src=${src//\'/}
+      # shellcheck disable=SC2016  # the idiom as written in a config
+      self='$(dirname $(readlink -f ${BASH_SOURCE[0]}))/'
+      if [[ ${src} == "${self}"* ]]; then src=$(dirname "${file}")/${src#"${self}"}; fi
+      if [[ ${src} != /* || ${src} == *[\$\`*?~[]* ]]; then
+        die "${where}: source ${words[k + 1]:-}: cannot tell which file this reads without running the" \
+          "config; name it by its absolute path or as \"\$(dirname \"\$(readlink -f \"\${BASH_SOURCE[0]}\")\")/FILE\""
+      fi
+      _scan_config "$(readlink -f "${src}")" "${cond}" $((level + 1))
+      ;;
+  esac
+}
+
 # The config sourced by the user (DGXSYSTEM set), or here from CONFIG_FILE; the launchers' defaults and
-# checks. Sets CONFIG_FILE, _config_file (its full path) and _prefix (<BENCHMARK>_<DGXSYSTEM>).
+# checks. A config names itself: it exports CONFIG_FILE, its own path (every shipped config starts so), and
+# DGXSYSTEM, its file name. The launchers read its variable names from that file, so a copy edited and
+# sourced from anywhere is the config that runs; a shell with DGXSYSTEM but no CONFIG_FILE, or the two
+# naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path), _prefix
+# (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the CPU-sized configs: CPU_DEMO=1).
 load_config() {
-  local system
+  local given system same
   if [[ -z ${DGXSYSTEM:-} ]]; then
     [[ -n ${CONFIG_FILE:-} ]] ||
       die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE"
     [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
+    given=$(readlink -f "${CONFIG_FILE}")
     set +u
     # shellcheck source=/dev/null
-    source "${CONFIG_FILE}"
+    source "${given}"
     set -u
-    system=$(basename "${CONFIG_FILE}" .sh)
-    export DGXSYSTEM="${DGXSYSTEM:-${system#config_}}"
-  elif [[ -n ${CONFIG_FILE:-} ]]; then
-    system=$(basename "${CONFIG_FILE}" .sh)
-    [[ ${system#config_} == "${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
-      "DGXSYSTEM=${DGXSYSTEM} sourced in this shell: source ${CONFIG_FILE}, or unset DGXSYSTEM"
+    system=$(basename "${given}" .sh)
+    # the file sourced here is the config, whatever a config it sources says
+    export CONFIG_FILE=${given} DGXSYSTEM="${DGXSYSTEM:-${system#config_}}"
+  elif [[ -z ${CONFIG_FILE:-} ]]; then
+    same="${REPO_DIR}/configs/${BENCHMARK:-*}/config_${DGXSYSTEM}.sh"
+    if [[ -f ${same} ]]; then same=" (${same} has that name, but the file sourced may differ)"; else same=; fi
+    die "DGXSYSTEM=${DGXSYSTEM} is set but CONFIG_FILE is not: the config sourced in this shell does not" \
+      "name itself, so which file it was cannot be known${same}. Begin it with the lines every shipped" \
+      "config begins with (docs/custom_configs.md), or export CONFIG_FILE=<the file you sourced>"
   fi
+  [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
+  system=$(basename "${CONFIG_FILE}" .sh)
+  [[ ${system} == "config_${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
+    "DGXSYSTEM=${DGXSYSTEM} (config_${DGXSYSTEM}.sh) sourced in this shell: source the file you mean to run," \
+    "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
+  [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
+    die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
   : "${BENCHMARK:?BENCHMARK not set: the config exports it (bert, llama31_8b or llama2_70b_lora)}"
-  local default_config="${REPO_DIR}/configs/${BENCHMARK}/config_${DGXSYSTEM}.sh"
-  [[ -f ${default_config} ]] || default_config="./config_${DGXSYSTEM}.sh"
-  : "${CONFIG_FILE:=${default_config}}"
+  [[ ${BENCHMARK} =~ ^[a-z0-9][a-z0-9_]*$ ]] ||
+    die "BENCHMARK=${BENCHMARK}: expected a benchmark's name (bert, llama31_8b or llama2_70b_lora)"
   : "${DATADIR:?DATADIR not set: export DATADIR=<the prepared data folder>}"
   : "${LOGDIR:=./results}"
   : "${NEXP:=1}"
-  [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]+$ ]] || die "SEED=${SEED}: not a non-negative integer"
   : "${CLEAR_CACHES:=1}"
+  : "${LOGDIR_MB_PER_RUN:=64}"
   : "${CONT_NAME:=mlperf_${BENCHMARK}}"
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
-  [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
   [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
-  [[ ${NEXP} =~ ^[1-9][0-9]*$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
+  [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
+  [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
+  require_int 0 LOGDIR_MB_PER_RUN
+  [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
+    die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
+  case ${CPU_DEMO:-0} in # as the trainers read it
+    1 | [Tt][Rr][Uu][Ee] | [Yy][Ee][Ss] | [Oo][Nn]) _tune_host=0 ;;
+    0 | [Ff][Aa][Ll][Ss][Ee] | [Nn][Oo] | [Oo][Ff][Ff] | '') _tune_host=1 ;;
+    *) die "CPU_DEMO=${CPU_DEMO}: expected 0/1, true/false, yes/no" ;;
+  esac
   mkdir -p "${LOGDIR}"
   LOGDIR=$(cd "${LOGDIR}" && pwd)
   DATADIR=$(cd "${DATADIR}" && pwd)
+  check_logdir_space
   _config_file=$(readlink -f "${CONFIG_FILE}")
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
 }
 
-# The names the config exports go to the container by name (the value comes from this shell).
+# The free space of LOGDIR in KiB, as df reports it to a user (the blocks kept for root left out).
+logdir_free_kib() {
+  local out fields
+  out=$(df -Pk -- "${LOGDIR}") || return 1
+  read -ra fields <<<"${out##*$'\n'}"
+  [[ ${fields[3]:-} =~ ^[0-9]+$ ]] || return 1
+  echo "${fields[3]}"
+}
+
+# Refuse before the first run when LOGDIR cannot hold what the runs write. A run leaves its log there (the
+# MLLOG lines, a loss line every LOG_FREQ steps: about 600 for a Llama 3.1 8B run to its sample limit, 80 for
+# BERT, and every rank's warnings; under 1 MB, a few MB with NCCL_DEBUG=INFO on many ranks), its effective
+# config, compliance report and tunables reports (a few KB each). LOGDIR_MB_PER_RUN (default 64) is well
+# above that; the summary and its plot are given one more such share. LOGDIR_MB_PER_RUN=0 skips the check.
+check_logdir_space() {
+  ((LOGDIR_MB_PER_RUN > 0)) || return 0
+  local free need=$(((NEXP + 1) * LOGDIR_MB_PER_RUN))
+  free=$(logdir_free_kib) ||
+    die "could not read the free space of LOGDIR=${LOGDIR} from df (LOGDIR_MB_PER_RUN=0 skips the check)"
+  ((free >= need * 1024)) || die "LOGDIR=${LOGDIR}: $((free / 1024)) MiB free, but NEXP=${NEXP} runs need" \
+    "${need} MiB (LOGDIR_MB_PER_RUN=${LOGDIR_MB_PER_RUN} each, and as much for the summary): free some" \
+    "space, point LOGDIR elsewhere, or set LOGDIR_MB_PER_RUN to what a run of yours writes"
+}
+
+# The names the config exports go to the container by name (the value comes from this shell); CONFIG_VARS
+# lists them for the trainers, which report an unknown one as a likely typo.
 config_env() {
-  local name names missing=()
-  # shellcheck disable=SC2016  # $0 is expanded by the clean inner shell, not here
-  names=$(env -i bash -c '. "$0" && compgen -e' "${_config_file}" | grep -E -v '^(PWD|SHLVL|_)$') ||
-    die "${_config_file} exports no variables (or fails when sourced)"
-  mapfile -t _config_env <<<"${names}"
-  echo "Config ${_config_file}: ${_config_env[*]}"
-  export CONFIG_VARS="${_config_env[*]}"
-  for name in "${_config_env[@]}"; do printenv "${name}" >/dev/null || missing+=("${name}"); done
-  ((${#missing[@]} == 0)) || die "not exported in this shell: ${missing[*]} (source ${_config_file})"
-  # Set by the launcher itself, per container or per run: never copied from this shell.
-  local -A seen=([DATADIR]=1 [LOGDIR]=1 [CONFIG_VARS]=1 [RUN_TAG]=1 [SEED]=1 [CLEAR_CACHES]=1)
+  local name missing=()
+  config_names "${_config_file}"
+  ((${#_config_names[@]} > 0)) || die "${_config_file} exports no variables"
+  echo "Config ${_config_file}: ${_config_names[*]}"
+  export CONFIG_VARS="${_config_names[*]}"
+  local -A optional=()
+  for name in "${_config_conditional[@]}"; do optional[${name}]=1; done
+  for name in "${_config_names[@]}"; do
+    if [[ -z ${optional[${name}]:-} ]] && ! printenv "${name}" >/dev/null; then missing+=("${name}"); fi
+  done
+  ((${#missing[@]} == 0)) || die "not exported in this shell: ${missing[*]} (${_config_file} exports them:" \
+    "source it in this shell, or give CONFIG_FILE alone)"
+  # Set by the launcher itself, per container or per run, or a host path: never copied from this shell.
+  local -A seen=([DATADIR]=1 [LOGDIR]=1 [CONFIG_VARS]=1 [CONFIG_FILE]=1 [RUN_TAG]=1 [SEED]=1 [CLEAR_CACHES]=1)
   _pass_env=()
-  for name in "${_config_env[@]}" BENCHMARK DGXSYSTEM DGXNNODES DGXNGPU; do
+  for name in "${_config_names[@]}" BENCHMARK DGXSYSTEM DGXNNODES DGXNGPU; do
     [[ -z ${seen[${name}]:-} ]] || continue
     seen[${name}]=1
-    _pass_env+=("${name}")
+    if printenv "${name}" >/dev/null; then _pass_env+=("${name}"); fi
   done
 }
 
@@ -110,8 +384,12 @@ drop_caches() { # on every node
 run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; prints everything for the log
   local cleared=0
   echo "Beginning trial $1 of ${NEXP}: RUN_TAG=$2 SEED=$3"
-  on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
-    echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
+  if ((_tune_host)); then
+    on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
+      echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
+  else
+    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node; this host is left as it is)"
+  fi
   if ((CLEAR_CACHES == 0)); then
     echo "CLEAR_CACHES=0: page cache not dropped"
   elif drop_caches; then
@@ -123,6 +401,19 @@ run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; pr
   run_training "RUN_TAG=$2" "SEED=$3" "CLEAR_CACHES=${cleared}" -- bash training/run_and_time.sh
 }
 
+# Put back, on every node, each setting runtime_tunables.sh changed (it keeps their first values): at the end
+# of the runs, and on the way out when stopped or failing.
+_restore_pending=0
+restore_tunables() {
+  _restore_pending=0
+  if on_each_node bash "${REPO_DIR}/runtime_tunables.sh" --restore "${LOGDIR}"; then
+    echo "${RUNNER}: runtime tunables restored"
+  else
+    echo "WARNING: runtime_tunables.sh --restore failed (exit $?): the host settings it names above are" \
+      "still the benchmark's" >&2
+  fi
+}
+
 describe_exit() {
   case $1 in
     1) echo "not converged" ;;
@@ -131,10 +422,22 @@ describe_exit() {
   esac
 }
 
-_run_pid=
+# Why a trial's log could not be written: a full LOGDIR (with what df says is free), or tee's own error.
+describe_log_failure() {
+  local free
+  if free=$(logdir_free_kib) && ((free < 1024)); then
+    echo "disk full in LOGDIR (${LOGDIR}: ${free} KiB free): its log is incomplete"
+  else
+    echo "the log could not be written (tee exit $1, its error above)"
+  fi
+}
+
+_run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
+  if ((_restore_pending)); then restore_tunables; fi
   cleanup
+  if [[ -n ${_fifo_dir} ]]; then rm -rf -- "${_fifo_dir}"; fi
   exit "${rc}"
 }
 _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit cleans up
@@ -142,6 +445,11 @@ _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit
   if [[ -n ${_run_pid} ]]; then
     kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2
     wait "${_run_pid}" || echo "run stopped (exit $?); partial log: ${_log}" >&2
+  elif [[ -n ${_tee_pid} ]]; then
+    : >"${_fifo_dir}/output" # no run to write: tee, waiting for one, gets an empty output
+  fi
+  if [[ -n ${_tee_pid} ]]; then
+    wait "${_tee_pid}" || echo "(writing the log failed: exit $?)" >&2
     echo "${RUNNER}: run stopped by SIG$1" >>"${_log}"
   fi
   exit "$2"
@@ -152,11 +460,14 @@ install_traps() {
   trap '_on_signal TERM 143' TERM
 }
 
-# The NEXP runs, each with its compliance check, then the score of LOGDIR; exits with the verdict.
+# The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
+# exits with the verdict.
 run_experiments() {
-  local k tag seed rc failures=()
-  local first
+  local k tag seed rc tee_rc failures=() first
   first=$(next_index)
+  _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
+  mkfifo "${_fifo_dir}/output"
+  _restore_pending=${_tune_host}
   for ((k = 1; k <= NEXP; k++)); do
     tag="${_prefix}_$((first + k - 1))"
     _log="${LOGDIR}/${tag}.log"
@@ -165,23 +476,37 @@ run_experiments() {
     else
       seed=$(($(od -An -N4 -tu4 /dev/urandom) & 0x7fffffff))
     fi
-    # The trial runs as its own process group, so a signal handler can stop all of it. The subshell and tee
-    # ignore the stop signal: tee keeps writing the run's last words to the log until the run has ended.
+    # The trial runs as its own process group, so a signal handler can stop all of it; it ignores the stop
+    # signal itself, to wait for its run and exit with its status. Its output goes through a FIFO to tee, a
+    # process of its own that ignores the signal too: it writes the run's last words to the log until the run
+    # has ended, and its exit status tells a log that could not be written (a full disk) from a failed run.
     set -m
+    (trap '' INT TERM && exec tee "${_log}") <"${_fifo_dir}/output" &
+    _tee_pid=$!
     (
       trap '' INT TERM
       set +e
-      { trap - INT TERM && run_trial "${k}" "${tag}" "${seed}"; } 2>&1 | tee "${_log}"
-      exit "${PIPESTATUS[0]}"
-    ) &
+      (trap - INT TERM && run_trial "${k}" "${tag}" "${seed}")
+    ) >"${_fifo_dir}/output" 2>&1 &
     _run_pid=$!
     set +m
     if wait "${_run_pid}"; then rc=0; else rc=$?; fi
-    _run_pid=
+    if wait "${_tee_pid}"; then tee_rc=0; else tee_rc=$?; fi
+    _run_pid='' _tee_pid=''
+    if ((tee_rc != 0)); then # the next runs' logs could not be written either
+      failures+=("trial ${k} (${_log}): $(describe_log_failure "${tee_rc}") (the run's own exit: ${rc})")
+      if ((k + 1 == NEXP)); then
+        failures+=("trial ${NEXP} not started: its log could not be written either")
+      elif ((k < NEXP)); then
+        failures+=("trials $((k + 1))-${NEXP} not started: their logs could not be written either")
+      fi
+      break
+    fi
     ((rc == 0)) || failures+=("trial ${k} (${_log}): exit ${rc}, $(describe_exit "${rc}")")
     run_inside -- "${_py}" -m training.scoring.compliance "${_in_logdir}/${tag}.log" ||
       failures+=("trial ${k} (${_log}): compliance check failed (exit $?), see ${LOGDIR}/${tag}.compliance.txt")
   done
+  if ((_restore_pending)); then restore_tunables; fi
 
   echo "Scoring: ${_py} -m training.scoring ${_in_logdir}"
   run_inside -- "${_py}" -m training.scoring "${_in_logdir}" ||

@@ -31,6 +31,11 @@ else
   : "${MASTER_ADDR:?MASTER_ADDR not set: the address of the first node (run.sub sets it)}"
   : "${MASTER_PORT:=29500}"
   : "${SLURM_NODEID:?SLURM_NODEID not set: the rank of this node, 0 to DGXNNODES-1 (SLURM sets it)}"
+  # one word each on torchrun's command line
+  [[ ${SLURM_NODEID} =~ ^(0|[1-9][0-9]{0,5})$ ]] || die "SLURM_NODEID=${SLURM_NODEID}: expected a whole number"
+  [[ ${MASTER_PORT} =~ ^[1-9][0-9]{0,4}$ ]] || die "MASTER_PORT=${MASTER_PORT}: expected a port number"
+  [[ ${MASTER_ADDR} =~ ^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$ ]] ||
+    die "MASTER_ADDR=${MASTER_ADDR}: expected a host name or address"
   cmd+=("--nnodes=${DGXNNODES}" "--node_rank=${SLURM_NODEID}" "--rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT}")
 fi
 cmd+=(-m "${entry}")

@@ -4,8 +4,10 @@
 # below MLPerf's 0.720, so its logs and summary are marked NOT a valid MLPerf result.
 # Used by ./demo.sh:  source configs/bert/config_CPU_1x1x10.sh && DATADIR=... CONTAINER_RUNTIME=none bash run_with_docker.sh
 export BENCHMARK=bert
-DGXSYSTEM=$(basename "$(readlink -f "${BASH_SOURCE[0]}")" | sed 's/^config_//; s/\.sh$//')
-export DGXSYSTEM
+# The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=1 WALLTIME=30
 export CPU_DEMO=1 BERT_CONFIG_PATH=configs/bert/bert_config_tiny.json INIT_CHECKPOINT=none
 # The excerpt's articles are long, so most sequences fill a row: the pipeline packs 1.31 per row.

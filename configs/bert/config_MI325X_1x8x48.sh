@@ -1,8 +1,10 @@
 # AMD's BERT-Large phase-2 values for 1 node x 8 MI325X x 48 packed rows per GPU (AMD's MLPerf BERT blog, v5.0 container).
 # Source it, then run the benchmark: source configs/bert/config_MI325X_1x8x48.sh && bash run_with_docker.sh
 export BENCHMARK=bert
-DGXSYSTEM=$(basename "$(readlink -f "${BASH_SOURCE[0]}")" | sed 's/^config_//; s/\.sh$//')
-export DGXSYSTEM
+# The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=8 WALLTIME=60
 export BATCHSIZE=48 GRADIENT_STEPS=1 PACKING_FACTOR=2 PHASE=2
 export LR=0.00096 MAX_STEPS=4000 WARMUP_PROPORTION=0.0 START_WARMUP_STEP=0

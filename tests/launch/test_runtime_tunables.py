@@ -9,33 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import REPO
+from tests.launch.helpers import REPO, fake_host, kernel_settings
 
 SCRIPT = REPO / "runtime_tunables.sh"
 SETTINGS = ["cpu_governor", "cpuidle_state1+_disabled", "nmi_watchdog", "numa_balancing",
             "randomize_va_space", "thp_enabled", "thp_defrag"]  # fmt: skip
-
-
-def fake_host(root: Path, governors="performance powersave") -> Path:
-    """An untuned host: 2 CPUs with 4 idle states each, powersave governor, NMI watchdog, NUMA balancing,
-    ASLR and THP madvise, as the kernel shows them."""
-    files = {
-        "proc/sys/kernel/nmi_watchdog": "1",
-        "proc/sys/kernel/numa_balancing": "1",
-        "proc/sys/kernel/randomize_va_space": "2",
-        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
-        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
-    }
-    for cpu in (0, 1):
-        base = f"sys/devices/system/cpu/cpu{cpu}"
-        files[f"{base}/cpufreq/scaling_governor"] = "powersave"
-        files[f"{base}/cpufreq/scaling_available_governors"] = governors
-        for state in range(4):
-            files[f"{base}/cpuidle/state{state}/disable"] = "0"
-    for name, value in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(value + "\n")
-    return root
 
 
 def read(root: Path, name: str) -> str:
@@ -100,12 +78,6 @@ def test_dry_run_only_reports(tmp_path):
     assert {p: p.read_text() for p in root.rglob("*") if p.is_file()} == before
 
 
-def test_dry_run_on_this_machine_is_harmless():
-    result = tunables("--dry-run", root=Path("/"))
-    assert result.returncode == 0, result.stderr
-    assert " applied" not in result.stdout
-
-
 def test_missing_files_and_modes(tmp_path):
     root = fake_host(tmp_path / "host", governors="powersave schedutil")
     (root / "proc/sys/kernel/nmi_watchdog").unlink()
@@ -115,6 +87,49 @@ def test_missing_files_and_modes(tmp_path):
     assert rows["nmi_watchdog"] == ["-", "-", "skipped:absent"]
     assert rows["cpu_governor"][2] == "skipped:unsupported(no-performance-governor)"
     assert rows["thp_enabled"] == ["madvise", "madvise", "skipped:already-set"]
+
+
+def saved_state(root: Path) -> Path:
+    """Where the first value of each changed setting is kept: under the tuned tree's /run (cleared at boot,
+    as the kernel settings are)."""
+    return root / "run" / "mlperf_runtime_tunables.saved"
+
+
+def test_restore_puts_back_the_first_values(tmp_path):
+    root = fake_host(tmp_path / "host")
+    before = kernel_settings(root)
+    assert tunables(str(tmp_path / "logs"), root=root).returncode == 0
+    assert saved_state(root).exists()
+    # a second trial with another THP mode: the value to restore stays the one found first
+    assert tunables(str(tmp_path / "logs"), root=root, THP_ENABLED="never").returncode == 0
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0, result.stderr
+    assert kernel_settings(root) == before
+    assert not saved_state(root).exists()
+    rows = report(tmp_path / "logs")
+    assert rows["randomize_va_space"] == ["0", "2", "restored"]
+    assert rows["thp_enabled"] == ["never", "madvise", "restored"]
+    assert rows["cpuidle_state1+_disabled"] == ["1", "0", "restored"]
+    # nothing left to restore: a second restore changes nothing and says so
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0 and "nothing to restore" in result.stdout
+    assert kernel_settings(root) == before
+
+
+def test_restore_writes_only_tunable_files_and_plain_values(tmp_path):
+    root = fake_host(tmp_path / "host")
+    assert tunables(str(tmp_path / "logs"), root=root).returncode == 0
+    (root / "etc").mkdir()
+    (root / "etc" / "passwd").write_text("root:x:0:0\n")
+    with saved_state(root).open("a") as state:
+        state.write("passwd\tetc/passwd\tpwned\n")
+        state.write("numa_balancing\tproc/sys/kernel/../../../etc/passwd\tpwned\n")
+        state.write("nmi_watchdog\tproc/sys/kernel/nmi_watchdog\t1 $(reboot)\n")
+    result = tunables("--restore", str(tmp_path / "logs"), root=root)
+    assert result.returncode == 0, result.stderr
+    assert (root / "etc" / "passwd").read_text() == "root:x:0:0\n"
+    assert result.stderr.count("not a saved tunable, ignored") == 3
+    assert (root / "proc/sys/kernel/randomize_va_space").read_text() == "2\n"  # the valid lines restored
 
 
 def test_usage():

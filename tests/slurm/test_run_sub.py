@@ -38,8 +38,10 @@ def test_two_nodes_without_container(job):
     # per trial: tunables and cache drop on each node, then one torchrun per node
     per_node = ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--mpi=none"]
     sruns = srun_calls(job)
-    assert len(sruns) == 6
+    assert len(sruns) == 7
     assert sruns[0] == [*per_node, "bash", str(REPO / "runtime_tunables.sh"), str(job.logdir)]
+    # after the runs: the settings the tunables changed put back on every node
+    assert sruns[6] == [*per_node, "bash", str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
     assert sruns[1][: len(per_node)] == per_node and sruns[1][-1] == "true"  # DROPCACHE_CMD, on every node
     trial = sruns[2]
     assert trial[:6] == [*per_node, "--kill-on-bad-exit=1", f"--chdir={REPO}"]
@@ -102,6 +104,46 @@ def test_setup_errors_name_the_variable(job, env, named):
     assert result.returncode == 2, result.stdout + result.stderr
     assert named in result.stderr
     assert srun_calls(job) == [] and job.module_calls("training.preflight") == []
+
+
+INJECTED = "PATH[$(touch {mark})]"  # run by bash's arithmetic if the value reaches it unchecked
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_NUM_NODES", "SLURM_CPUS_ON_NODE"])
+def test_slurm_values_are_not_evaluated(job, name):
+    mark = job.tmp / "ran"
+    result = run_sub(job, **{name: INJECTED.format(mark=mark)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{name}=" in result.stderr and "a whole number" in result.stderr
+    assert not mark.exists() and srun_calls(job) == []
+
+
+def test_config_values_are_not_evaluated(job):
+    mark = job.tmp / "ran"
+    config = job.tmp / f"config_{SYSTEM}.sh"
+    config.write_text(config.read_text() + f"export DGXNGPU='{INJECTED.format(mark=mark)}'\n")
+    result = run_sub(job)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "DGXNGPU=" in result.stderr and not mark.exists()
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"MASTER_PORT": "1;2"}, "MASTER_PORT=1;2"),
+        ({"MASTER_ADDR": "-x"}, "MASTER_ADDR=-x"),
+        ({"WALLTIME_RUNANDTIME": "--exclusive"}, "WALLTIME_RUNANDTIME=--exclusive"),
+        ({"CONT_WORKDIR": "code"}, "CONT_WORKDIR=code"),
+        ({"CONTAINER_RUNTIME": "apptainer", "CONT": "-B/:/host"}, "CONT=-B/:/host"),
+        ({"CONTAINER_RUNTIME": "pyxis", "CONT": "img", "LOGDIR": "{tmp}/a,b"}, "LOGDIR={tmp}/a,b"),
+    ],
+)
+def test_values_on_srun_s_command_line_are_checked(job, env, named):
+    env = {k: v.format(tmp=job.tmp) for k, v in env.items()}
+    result = run_sub(job, **env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert named.format(tmp=job.tmp) in result.stderr
+    assert [a for a in srun_calls(job) if "training/run_and_time.sh" in a] == []
 
 
 def test_pyxis_is_the_default_where_srun_has_it(job):
@@ -206,6 +248,7 @@ def test_sigterm_stops_the_run_and_removes_the_enroot_container(job):
     assert proc.returncode == 143, out
     assert job.calls("enroot")[-1].argv == ["remove", "--force", "mlperf_bert"]
     assert logs(job) == [f"{PREFIX}_1.log"] and job.module_calls("training.scoring") == []
+    assert srun_calls(job)[-2][-3:] == [str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
 
 
 def test_run_sub_is_strict_and_shares_the_loop():

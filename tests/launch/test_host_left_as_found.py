@@ -1,0 +1,63 @@
+"""The host is left as it was found (issue 19, item 8): the launchers put back every kernel setting that
+runtime_tunables.sh changed, at the end of the runs and when stopped by a signal, and leave the host alone for
+the CPU-sized demo configs. Each test tunes a fake /proc + /sys tree (TUNABLES_ROOT), never this host."""
+
+import signal
+
+import pytest
+
+from tests.launch.helpers import PREFIX, REPO, fake_host, kernel_settings, stop_and_wait, wait_for
+
+CPU_CONFIGS = sorted(REPO.glob("configs/*/config_CPU_*.sh"))
+
+
+@pytest.fixture
+def host(launch):
+    """An untuned fake host as the launcher's TUNABLES_ROOT."""
+    root = fake_host(launch.tmp / "host")
+    launch.env["TUNABLES_ROOT"] = str(root)
+    return root
+
+
+def test_every_setting_changed_is_restored_after_the_runs(launch, host):
+    before = kernel_settings(host)
+    result = launch.run(NEXP="2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (launch.logdir / f"{PREFIX}_1.log").read_text()
+    assert "randomize_va_space         2                0                applied" in log  # tuned for the run
+    assert kernel_settings(host) == before
+    assert "runtime tunables restored" in result.stdout
+    restore = [p for p in launch.logdir.glob("runtime_tunables_*.txt") if "restored" in p.read_text()]
+    assert len(restore) == 1
+
+
+def test_every_setting_changed_is_restored_when_stopped(launch, host):
+    before = kernel_settings(host)
+    proc = launch.start(NEXP="2", FAKE_SLEEP_TAGS=f"{PREFIX}_1")
+    wait_for((launch.tmp / "state" / f"{PREFIX}_1.pid").exists, what="the first run to start")
+    assert (host / "proc/sys/kernel/randomize_va_space").read_text() == "0\n"
+    rc, out = stop_and_wait(proc, signal.SIGTERM)
+    assert rc == 143, out
+    assert kernel_settings(host) == before
+
+
+def test_a_cpu_demo_config_leaves_the_host_alone(launch, host):
+    config = launch.tmp / "config_TEST_1x2x4.sh"
+    config.write_text(config.read_text() + "export CPU_DEMO=1\n")
+    before = kernel_settings(host)
+    result = launch.run(NEXP="2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert kernel_settings(host) == before
+    assert list(launch.logdir.glob("runtime_tunables_*.txt")) == []
+    log = (launch.logdir / f"{PREFIX}_1.log").read_text()
+    assert "CPU_DEMO=1: runtime tunables not applied" in log
+
+
+@pytest.mark.parametrize("config", CPU_CONFIGS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_the_shipped_cpu_configs_leave_the_host_alone(launch, host, config):
+    # what demo.sh and tests/test_small_default.py run, the latter without a fake TUNABLES_ROOT
+    before = kernel_settings(host)
+    result = launch.run(CONFIG_FILE=str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert kernel_settings(host) == before
+    assert "runtime tunables not applied" in result.stdout
