@@ -277,9 +277,9 @@ load_config() {
     "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
   [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
     die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
-  : "${BENCHMARK:?BENCHMARK not set: the config exports it (bert, llama31_8b or llama2_70b_lora)}"
+  : "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"
   [[ ${BENCHMARK} =~ ^[a-z0-9][a-z0-9_]*$ ]] ||
-    die "BENCHMARK=${BENCHMARK}: expected a benchmark's name (bert, llama31_8b or llama2_70b_lora)"
+    die "BENCHMARK=${BENCHMARK}: expected a benchmark's name (python -m training.benchmarks lists them)"
   : "${DATADIR:?DATADIR not set: export DATADIR=<the prepared data folder>}"
   : "${LOGDIR:=./results}"
   : "${NEXP:=1}"

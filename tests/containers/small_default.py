@@ -78,8 +78,11 @@ class SmallDefault:
         path.write_text(
             f"# {path.name}: {self.config.name} on {nodes} node(s) x {gpus} GPU(s), same global batch.\n"
             f"source {self.config}\n"
-            'DGXSYSTEM=$(basename "$(readlink -f "${BASH_SOURCE[0]}")" | sed \'s/^config_//; s/\\.sh$//\')\n'
-            f"export DGXSYSTEM DGXNNODES={nodes} DGXNGPU={gpus} BATCHSIZE={batch}\n{extra}"
+            "# this file names itself, after the one it sources (as the shipped configs do)\n"
+            'CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")\n'
+            'DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)\n'
+            "export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}\n"
+            f"export DGXNNODES={nodes} DGXNGPU={gpus} BATCHSIZE={batch}\n{extra}"
         )
         return path
 
