@@ -60,25 +60,13 @@ BENCHMARKS = {
             "samples_count", 10, "input_preprocessing.llama.verify",
             "input_preprocessing/llama/prepare_data.sh",
         ),
+        Benchmark(
+            "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "training.llama2_70b_lora",
+            "5.1.0", 0.925, False, "samples_count", 10, "input_preprocessing.llama2_70b_lora.verify",
+            "input_preprocessing/llama2_70b_lora/prepare_data.sh",
+        ),
     )
 }  # fmt: skip
-# Scored from public logs (tests/data/mlperf_results) before its trainer exists here.
-SCORED_ONLY = {
-    "llama2_70b_lora": Benchmark(
-        "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "", "5.1.0", 0.925, False,
-        "samples_count", 10, "", "",
-    ),
-}  # fmt: skip
-
-
-def get(name: str | None, source: object = "") -> Benchmark:
-    """The benchmark called `name` (runnable or scored only); `source` (a file, a variable) names where the
-    name was read, for the error."""
-    found = BENCHMARKS.get(name) or SCORED_ONLY.get(name)
-    if found is None:
-        where = f"{source}: " if source else ""
-        raise ValueError(f"{where}unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    return found
 
 
 def runnable(name: str | None, source: object = "BENCHMARK") -> Benchmark:

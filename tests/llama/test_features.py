@@ -53,7 +53,7 @@ def test_features_off_are_no_ops():
 def test_activation_checkpointing_and_compile_keep_the_numbers():
     loss, grads = loss_and_grads(fresh())
     model = fresh()
-    assert parallel.apply_activation_checkpointing(model, True) == "full recompute of 2 blocks"
+    assert parallel.apply_activation_checkpointing(model, True) == "full recompute of 2 of 2 blocks"
     assert parallel.apply_compile(model, True).startswith("torch.compile per block")
     assert [n for n, _ in model.named_parameters()] == list(grads)  # names unchanged (checkpoints load as-is)
     loss2, grads2 = loss_and_grads(model, loss_fn=compiled_cross_entropy)  # what COMPILE=1 trains with

@@ -63,7 +63,8 @@ class _Fp8Matmul(torch.autograd.Function):
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
-        ctx.save_for_backward(x8t, w8t, x_scale, w_scale)
+        # a frozen weight (LoRA's base) needs no weight gradient: x's transposed copy is not kept for one
+        ctx.save_for_backward(x8t if ctx.needs_input_grad[1] else None, w8t, x_scale, w_scale)
         # not saved for backward: that would check its version, which another micro-batch's backward may
         # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
         ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next)] if update_x_amax else []
@@ -77,8 +78,11 @@ class _Fp8Matmul(torch.autograd.Function):
         g8, g8t = cast_transpose(g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton)
         g_inv = g_scale.reciprocal()
         dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
-        dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
-        db = None if ctx.dtypes[2] is None else g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
+        dw = db = None
+        if ctx.needs_input_grad[1]:
+            dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
+        if ctx.needs_input_grad[2]:
+            db = g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         _commit(ctx.commit)
         return dx, dw, db, None, None, None, None, None, None
 
@@ -116,6 +120,10 @@ class _Fp8MLP(torch.autograd.Function):
         y = torch._scaled_mm(
             h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
         )
+        # frozen weights (LoRA's base) need no weight gradients: no transposed input copies kept for them
+        needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
+        x8t = x8t if needs[1] or needs[3] else None
+        h8t = h8t if needs[4] else None
         ctx.save_for_backward(
             x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale
         )
@@ -137,22 +145,27 @@ class _Fp8MLP(torch.autograd.Function):
         dgate_scale = None if gate is None else scale_of(dgate_amax, E5M2_MAX)
         dy8, dy8t = cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton)
         dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
+        needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, b_down, ...)
         dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
-        dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
-        db_down = None if bd_dtype is None else dy.sum(0, dtype=torch.float32).to(bd_dtype)
+        dw_down = dw_up = dw_gate = db_up = db_down = None
+        if needs[4]:
+            dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+        if needs[5]:
+            db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
         dup8, dup8t, *rest = act_backward_cast_transpose(
             dh, up, gate, dup_scale, dgate_scale, dup_amax, dgate_amax, ctx.triton
         )
         dup_inv = dup_scale.reciprocal()
         dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
-        dw_up = torch._scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
-        db_up = dw_gate = None
+        if needs[1]:
+            dw_up = torch._scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
         if gate is None:
-            db_up = None if bu_dtype is None else rest[0].to(bu_dtype)
+            db_up = rest[0].to(bu_dtype) if needs[2] else None
         else:
             (dg8, dg8t), dg_inv = rest, dgate_scale.reciprocal()
             dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
-            dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
+            if needs[3]:
+                dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
         return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 12
 

@@ -72,6 +72,15 @@ class LlamaShape:
             6 * self.num_params(include_embedding=False) + 6 * seq_length * self.hidden_size * self.num_layers
         )
 
+    def lora_flops_per_token(self, seq_length: int, adapter_params: int = 0) -> float:
+        """Model FLOPs per trained token of LoRA fine-tuning: the frozen base runs forward (2N) and the input
+        gradients (2N) but no weight gradients, so 4 x N (without the embedding table), + 6 x seq x hidden x
+        layers for causal attention (forward and backward, as `flops_per_token`), + 6 x the adapters'
+        parameters. For Llama 2 70B at 8192 with rank 16: 2,518 TFLOP per sequence (NVIDIA's config states
+        MODEL_TFLOP_PER_SAMPLE=2598 without its formula)."""
+        n = self.num_params(include_embedding=False)
+        return 4 * n + 6 * seq_length * self.hidden_size * self.num_layers + 6 * adapter_params
+
     def to_hf_config(self) -> dict:
         """The equivalent `transformers.LlamaConfig` arguments."""
         scaling = None
@@ -156,13 +165,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def attention(q, k, v, backend: str, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None):
     """Causal attention over (batch, seq, heads, head_dim) tensors; k/v may have fewer heads (GQA).
-    With `cu_seqlens` (int32 boundaries of the sequences packed in a batch-1 row), attention stays
-    inside each sequence."""
+    With `cu_seqlens` (int32 boundaries of the sequences packed in a batch-1 row), attention stays inside each
+    sequence: flash-attn's varlen kernel where it is the backend; on NVIDIA GPUs PyTorch's own varlen
+    FlashAttention-2 (the kernel BERT's `torch_flash` runs); elsewhere one causal SDPA call per sequence.
+    A row holding one sequence (the MLCommons GovReport rows) takes the plain causal path."""
+    if cu_seqlens is not None and cu_seqlens.numel() == 2:
+        cu_seqlens = None  # one sequence: plain causal attention
     if backend == "flash_attn":
         from flash_attn import flash_attn_func, flash_attn_varlen_func
 
         if cu_seqlens is None:
             return flash_attn_func(q, k, v, causal=True)
+        max_seqlen = max_seqlen or int(cu_seqlens.diff().max())
         out = flash_attn_varlen_func(
             q[0], k[0], v[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True
         )
@@ -173,7 +187,13 @@ def attention(q, k, v, backend: str, cu_seqlens: torch.Tensor | None = None, max
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=gqa
         )
         return out.transpose(1, 2)
-    # packed row without flash-attn: one causal SDPA call per sequence (correct, no cross-sequence mask)
+    if q.is_cuda and torch.version.cuda:  # FlashAttention-2's varlen kernel, GQA native
+        max_seqlen = max_seqlen or int(cu_seqlens.diff().max())
+        cu = cu_seqlens.to(torch.int32)
+        out = torch.ops.aten._flash_attention_forward(q[0], k[0], v[0], cu, cu, max_seqlen, max_seqlen, 0.0,
+                                                      True, False)[0]  # fmt: skip
+        return out.unsqueeze(0)
+    # one causal SDPA call per sequence (correct, no cross-sequence mask)
     bounds = cu_seqlens.tolist()
     outs = [attention(q[:, a:b], k[:, a:b], v[:, a:b], backend) for a, b in zip(bounds[:-1], bounds[1:])]
     return torch.cat(outs, dim=1)
@@ -200,15 +220,25 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
         self.v_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(shape.num_heads * hd, h, bias=False)
+        # Low-rank updates, None unless a LoRA step (training.lora) sets them: `qkv_adapter` maps the input to
+        # a q|k|v-wide delta (one adapter for the three projections, as for a fused QKV layer), `o_adapter`
+        # maps the attention output to a delta of o_proj's.
+        self.qkv_adapter: nn.Module | None = None
+        self.o_adapter: nn.Module | None = None
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
         b, s, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.qkv_adapter is not None:
+            dq, dk, dv = self.qkv_adapter(x).split([q.shape[-1], k.shape[-1], v.shape[-1]], dim=-1)
+            q, k, v = q + dq, k + dk, v + dv
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
-        q = apply_rope(self.q_proj(x).view(b, s, -1, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(b, s, -1, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(b, s, -1, self.head_dim)
-        out = attention(q, k, v, self.backend, cu_seqlens, max_seqlen)
-        return self.o_proj(out.reshape(b, s, -1))
+        q = apply_rope(q.view(b, s, -1, self.head_dim), cos, sin)
+        k = apply_rope(k.view(b, s, -1, self.head_dim), cos, sin)
+        out = attention(q, k, v.view(b, s, -1, self.head_dim), self.backend, cu_seqlens, max_seqlen)
+        out = out.reshape(b, s, -1)
+        y = self.o_proj(out)
+        return y if self.o_adapter is None else y + self.o_adapter(out)
 
 
 class MLP(nn.Module):

@@ -1,12 +1,13 @@
 """How a Llama run lays its model out over the ranks and which features it applies, one small function each,
 in this fixed order (`apply_features`):
 
-    apply_pp -> apply_fp8 -> apply_tp -> apply_activation_checkpointing -> apply_compile -> apply_fsdp
+    apply_pp -> apply_fp8 -> apply_lora -> apply_tp -> apply_activation_checkpointing -> apply_compile
+    -> apply_fsdp
 
-(`apply_fp8` is `training.fp8`'s.) Each is a no-op when its feature is off and returns one line saying what it
-did (the trainers log it as a `backend_*` MLLOG key). Beside them: the layout arithmetic (`Parallelism`,
-`layout`), which feature combinations are implemented (`feature_problems`), the device mesh and gradient
-clipping over sharded parameters.
+(`apply_fp8` is `training.fp8`'s, `apply_lora` `training.lora`'s.) Each is a no-op when its feature is off
+and returns one line saying what it did (the trainers log it as a `backend_*` MLLOG key). Beside them: the
+layout arithmetic (`Parallelism`, `layout`), which feature combinations are implemented
+(`feature_problems`), the device mesh and gradient clipping over sharded parameters.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
 from training.fp8 import Fp8, Fp8Settings, apply_fp8
+from training.lora import LoraSettings, apply_lora
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,17 @@ def layout(world_size: int, tp: int, pp: int, cp: int, global_batch: int, micro_
 
 
 def feature_problems(
-    tp: int, pp: int, cp: int, fp8_backend: str | None, compile: bool, seq_length: int, num_layers: int
-) -> list[str]:
+    tp: int, pp: int, cp: int, fp8_backend: str | None, compile: bool, seq_length: int, num_layers: int,
+    lora: bool = False,
+) -> list[str]:  # fmt: skip
     """The feature combinations that are not implemented (or cannot be), each naming its variables.
-    `fp8_backend`: FP8_BACKEND when FP8 is on, else None."""
+    `fp8_backend`: FP8_BACKEND when FP8 is on, else None; `lora`: LoRA adapters on."""
     problems = []
+    if lora and (tp > 1 or pp > 1 or cp > 1):
+        problems.append(
+            "LoRA with TENSOR_MODEL_PARALLEL_SIZE, PIPELINE_MODEL_PARALLEL_SIZE or "
+            "CONTEXT_PARALLEL_SIZE > 1 is not implemented (FSDP2 over data parallelism only)"
+        )
     if pp > 1:
         # only torchao's stateless scaling is tested with pipelines: Transformer Engine would need its
         # autocast around the schedule's forwards, and PyTorch's stage infers its shapes by running
@@ -101,7 +109,9 @@ class Features:
     """What a Llama run applies to its model besides the layout: the arguments of `apply_features`."""
 
     fp8: Fp8Settings | None = None
+    lora: LoraSettings | None = None
     activation_checkpointing: bool = False
+    checkpoint_layers: int | None = None  # with activation checkpointing: the first this many blocks only
     compile: bool = False
     param_dtype: torch.dtype = torch.bfloat16  # FSDP2's compute copy of the parameters
     reshard_after_forward: bool = True
@@ -115,9 +125,10 @@ def apply_features(
     applied = {"pipeline_parallel": apply_pp(model, mesh)}
     fp8 = apply_fp8(model, features.fp8)
     applied["fp8"] = fp8.description
+    applied["lora"] = apply_lora(model, features.lora)
     applied["tensor_parallel"] = apply_tp(model, mesh)
     applied["activation_checkpointing"] = apply_activation_checkpointing(
-        model, features.activation_checkpointing
+        model, features.activation_checkpointing, features.checkpoint_layers
     )
     applied["compile"] = apply_compile(model, features.compile)
     applied["data_parallel"] = apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
@@ -213,12 +224,15 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
     return f"DTensor TP over {mesh['tp'].size()} ranks (attention heads and MLP columns)"
 
 
-def apply_activation_checkpointing(model: nn.Module, enabled: bool) -> str:
+def apply_activation_checkpointing(model: nn.Module, enabled: bool, layers: int | None = None) -> str:
+    """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
+    ACL), keeping only its input."""
     if not enabled:
         return "off"
-    for block in model.layers:
+    count = len(model.layers) if layers is None else min(layers, len(model.layers))
+    for block in list(model.layers)[:count]:
         block.checkpointed = True
-    return f"full recompute of {len(model.layers)} blocks"
+    return f"full recompute of {count} of {len(model.layers)} blocks"
 
 
 def apply_compile(model: nn.Module, enabled: bool) -> str:

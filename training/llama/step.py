@@ -2,10 +2,12 @@
 test worker and `perf/bench_llama.py` all call `train_step`, so every published speed-up measures the
 trainer's own step.
 
-A `Step` holds what the step needs besides its data (model, optimizer, layout, loss, contexts). Each branch of
-the layout is taken here, inside the functions: pipeline parallelism runs the step's micro-batches through
-its schedule; otherwise they run one at a time (FSDP2 reduce-scatters after the last only), inside PyTorch's
-context-parallel context when the sequences are split across ranks.
+A `Step` holds what the step needs besides its data (model, optimizer, layout, loss, contexts). A micro-batch
+is `(tokens, labels)` ((MBS, seq) each; labels of -100 are not scored), or for packed rows `(tokens, labels,
+position_ids, cu_seqlens)` (one row of several sequences: positions restart at each, attention stays inside
+each). Each branch of the layout is taken here, inside the functions: pipeline parallelism runs the step's
+micro-batches through its schedule; otherwise they run one at a time (FSDP2 reduce-scatters after the last
+only), inside PyTorch's context-parallel context when the sequences are split across ranks.
 """
 
 from __future__ import annotations
@@ -52,9 +54,18 @@ def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return cross_entropy(logits, labels, reduction="sum") / labels.numel()
 
 
-def forward_backward(step: Step, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Forward and backward of the step's (tokens, labels) micro-batches on this rank, the gradients averaged
-    over them. Returns this rank's mean loss (zero on pipeline stages other than the last)."""
+def _forward(step: Step, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, labels) of one micro-batch (moved to the device), inside the autocast and FP8 contexts."""
+    tokens, labels, *packing = (t.to(step.device, non_blocking=True) for t in batch)
+    kwargs = dict(zip(("position_ids", "cu_seqlens"), packing))
+    with step.autocast, step.fp8.forward_context():
+        return step.model(tokens, **kwargs), labels
+
+
+def forward_backward(step: Step, micro_batches: list[tuple]) -> torch.Tensor:
+    """Forward and backward of the step's micro-batches on this rank, the gradients averaged over them (each
+    micro-batch's loss is the mean over its labelled tokens). Returns this rank's mean loss (zero on pipeline
+    stages other than the last)."""
     loss_sum = torch.zeros((), device=step.device)
     if step.schedule is not None:  # the pipeline runs the micro-batches (and FSDP's gradient sync)
         tokens, labels = (torch.cat(t).to(step.device) for t in zip(*micro_batches))
@@ -64,15 +75,20 @@ def forward_backward(step: Step, micro_batches: list[tuple[torch.Tensor, torch.T
         return torch.stack(losses).mean().detach() if losses else loss_sum
     accum = len(micro_batches)
     for micro, batch in enumerate(micro_batches):
-        tokens, labels = (t.to(step.device, non_blocking=True) for t in batch)
         # FSDP2: reduce-scatter the gradients after the last micro-batch only
         if hasattr(step.model, "set_requires_gradient_sync"):
             step.model.set_requires_gradient_sync(micro == accum - 1)
-        cp_context, positions = parallel.context_parallel(step.mesh, tokens, labels)
-        with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
-            with step.autocast, step.fp8.forward_context():
-                loss = step.loss_fn(step.model(tokens, positions), labels)
+        if len(batch) > 2:  # packed rows (no context parallelism: `feature_problems` refuses it)
+            logits, labels = _forward(step, batch)
+            loss = step.loss_fn(logits, labels)
             (loss / accum).backward()
+        else:
+            tokens, labels = (t.to(step.device, non_blocking=True) for t in batch)
+            cp_context, positions = parallel.context_parallel(step.mesh, tokens, labels)
+            with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
+                with step.autocast, step.fp8.forward_context():
+                    loss = step.loss_fn(step.model(tokens, positions), labels)
+                (loss / accum).backward()
         loss_sum += loss.detach() / accum
     return loss_sum
 
@@ -100,25 +116,39 @@ def train_step(
 def evaluate(step: Step, validation: torch.Tensor, dp_rank: int, micro_batch: int) -> float:
     """Mean next-token loss (the log-perplexity) over the labelled tokens of the validation rows
     ((n, seq + 1) token ids), split across data-parallel ranks."""
-    step.model.eval()
     dp = step.layout.dp
     mine = validation[dp_rank::dp]
     pipeline = step.schedule is not None
     chunk = micro_batch * (step.layout.grad_accum if pipeline else 1)
+    rounds = math.ceil(math.ceil(len(validation) / dp) / chunk)
+    if not pipeline:
+        batches = [(b[:, :-1], b[:, 1:]) for b in mine.long().split(chunk)]
+        pad = validation[:1].long()
+        return evaluate_batches(step, batches, rounds, (pad[:, :-1], pad[:, 1:]))
+    step.model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=step.device)
-    for b in range(math.ceil(math.ceil(len(validation) / dp) / chunk)):
+    for b in range(rounds):
         batch = mine[b * chunk : (b + 1) * chunk].to(step.device, non_blocking=True).long()
-        if pipeline:
-            totals += _pipeline_eval_sums(step, batch, chunk, validation[:1])
-            continue
-        weight = 1.0
-        if len(batch) == 0:  # this rank is out of sequences: a zero-weight forward keeps ranks in step
-            batch, weight = validation[:1].to(step.device).long(), 0.0
-        labels = batch[:, 1:]
-        with step.autocast, step.fp8.forward_context():
-            logits = step.model(batch[:, :-1])
+        totals += _pipeline_eval_sums(step, batch, chunk, validation[:1])
+    return _finish_evaluation(step, totals)
+
+
+@torch.no_grad()
+def evaluate_batches(step: Step, batches: list[tuple], rounds: int, pad: tuple) -> float:
+    """Mean loss over the labelled tokens of every rank's micro-batches (this rank's: `batches`). Every rank
+    runs `rounds` forwards (FSDP gathers weights collectively): a rank out of micro-batches runs `pad` with
+    zero weight."""
+    step.model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=step.device)
+    for b in range(rounds):
+        batch, weight = (batches[b], 1.0) if b < len(batches) else (pad, 0.0)
+        logits, labels = _forward(step, batch)
         totals[0] += weight * step.loss_fn(logits, labels, reduction="sum").double()
         totals[1] += weight * int((labels != -100).sum())
+    return _finish_evaluation(step, totals)
+
+
+def _finish_evaluation(step: Step, totals: torch.Tensor) -> float:
     step.model.train()
     parallel.reshard(step.model)  # FSDP2 keeps the root gathered after a no-grad forward
     # every rank of a tensor-parallel group adds the same sums: the ratio is unchanged

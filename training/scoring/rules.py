@@ -1,13 +1,10 @@
 """The scorer's view of the benchmark table (`training.benchmarks`, where each benchmark's ruleset, target,
-samples unit and run count are defined): every benchmark it can score, the public-log-only ones included."""
+samples unit and run count are defined)."""
 
 from __future__ import annotations
 
-from training.benchmarks import BENCHMARKS as RUNNABLE
-from training.benchmarks import MLPERF_LOGGING_VERSION, SCORED_ONLY
+from training.benchmarks import BENCHMARKS, MLPERF_LOGGING_VERSION
 from training.benchmarks import Benchmark as BenchmarkRules
-
-BENCHMARKS: dict[str, BenchmarkRules] = {**RUNNABLE, **SCORED_ONLY}
 
 __all__ = ["BENCHMARKS", "MLPERF_LOGGING_VERSION", "BenchmarkRules", "rules_for"]
 

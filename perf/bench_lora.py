@@ -1,0 +1,212 @@
+"""Llama 2 70B LoRA fine-tuning steps on one GPU: ours (the benchmark's own model build and step) against the
+peer a user would pick, Hugging Face `LlamaForCausalLM` + `peft` LoRA, side by side in one process.
+
+    python perf/bench_lora.py --layers 40 [--variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac24]
+        [--steps 6] [--warmup 2] [--seq 8192]
+    python perf/bench_lora.py --tiny          # CPU smoke test of this script
+
+The 70B width (hidden 8192, FFN 28672, 64 / 8 heads, vocabulary 32000), `--layers` blocks, random frozen
+weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape).
+- ours: `training.llama2_70b_lora.model.build_model` (bf16 frozen base, float32 adapters of rank 16, alpha 32,
+  dropout 0.1 on the fused q|k|v and o projections, blocks compiled) and `training.llama.step.train_step`
+  (loss, clip at 0.3, AdamW over the adapters); `fp8native`: our FP8 linears for the frozen base.
+- peer: `peft.get_peft_model(LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, target_modules=[q_proj,
+  k_proj, v_proj, o_proj]))` on the Hugging Face model in bf16 (SDPA attention), its float32 loss, torch's
+  fused AdamW and clip_grad_norm_ at 0.3 (eager: what a peft user writes).
+Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
+peer), `-acN` the first N blocks only (ours), `-eager` no compile.
+
+Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
+no weight gradients, so per token 4 x N (N: parameters without the input embedding) + 6 x seq x hidden x
+layers (causal attention, forward and backward) + 6 x the adapters' parameters
+(`LlamaShape.lora_flops_per_token`); recomputation is not counted. Times are CUDA-event medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from perf.bench_llama import matmul_peak, time_steps, versions  # noqa: E402
+from training.llama.model import PRESETS, LlamaShape, cross_entropy  # noqa: E402
+from training.llama.parallel import Parallelism  # noqa: E402
+from training.llama.step import Step, train_step  # noqa: E402
+
+TINY = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
+                  vocab_size=256, max_seq_length=64, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
+
+
+def batch(shape: LlamaShape, seq: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device=device).manual_seed(1)
+    tokens = torch.randint(0, shape.vocab_size, (1, seq), device=device, generator=g)
+    labels = torch.roll(tokens, -1, 1)
+    labels[:, : seq // 3] = -100  # the prompt is not scored
+    labels[:, -1] = -100
+    return tokens, labels
+
+
+def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
+    from training.llama2_70b_lora import model as lora_model
+    from training.llama2_70b_lora.config import LoraConfig
+
+    ac = [m for m in modes if m.startswith("ac")]
+    env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1", "LR": "4e-4",
+           "MAX_SEQLEN": str(seq), "NUM_LAYERS": str(shape.num_layers),
+           "COMPILE": str(int("eager" not in modes)), "FP8_BACKEND": "native",
+           "PRECISION": "fp8" if "fp8native" in modes else "bf16",
+           "ACTIVATION_CHECKPOINTING": str(int(bool(ac)))}  # fmt: skip
+    if ac and ac[0] != "ac":
+        env["ACL"] = ac[0][2:]
+    if device.type != "cuda":
+        env.update(PRECISION="fp32", COMPILE="0")
+    cfg = LoraConfig.from_env(env)
+    original = lora_model.model_shape
+    lora_model.model_shape = lambda cfg: shape  # the tiny shape on CPU; the 70B preset's otherwise
+    try:
+        par = cfg.parallelism(1)
+        model, fp8, applied = lora_model.build_model(cfg, par, None, device, cfg.requested_precision()
+                                                     if device.type == "cuda" else "fp32")  # fmt: skip
+    finally:
+        lora_model.model_shape = original
+    from training.llama import optim
+    from training.llama.model import compiled_cross_entropy
+
+    optimizer, impl = optim.build_optimizer(
+        model, 4e-4, (0.9, 0.999), 1e-8, 1e-4, fused=device.type == "cuda"
+    )
+    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    step = Step(model, optimizer, Parallelism(1, 1, 1, 1, 1, 1), device,
+                loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy, autocast=autocast, fp8=fp8,
+                clip_norm=0.3)  # fmt: skip
+    micro = [batch(shape, seq, device)]
+    losses = []
+
+    def run():
+        loss, _ = train_step(step, micro, 4e-4)
+        losses.append(loss)
+
+    adapters = sum(p.numel() for p in step.params)
+    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "ac": applied[
+        "activation_checkpointing"], "optimizer": impl}  # fmt: skip
+
+
+def bench_peft(shape, seq, modes, device, args) -> tuple[callable, dict]:
+    import peft
+    import transformers
+
+    config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).to(dtype)
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            torch.nn.init.ones_(p) if name.endswith("norm.weight") else torch.nn.init.normal_(p, 0.0, 0.02)
+        rotary = type(model.model.rotary_emb)
+        model.model.rotary_emb = rotary(config=model.config).to(device)
+    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, bias="none",
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
+    model = peft.get_peft_model(model, lora)
+    if "ac" in modes:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
+                                  fused=device.type == "cuda")  # fmt: skip
+    tokens, labels = batch(shape, seq, device)
+    losses = []
+
+    def run():
+        loss = cross_entropy(model(input_ids=tokens).logits, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.3, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+
+    return run, {"adapters": sum(p.numel() for p in params), "losses": losses, "fp8": "off",
+                 "ac": "gradient checkpointing" if "ac" in modes else "off"}  # fmt: skip
+
+
+def bench(variant: str, shape: LlamaShape, seq: int, args, device) -> dict:
+    kind, precision, *modes = variant.split("-")
+    if kind not in ("ours", "peft") or precision not in ("bf16", "fp8native"):
+        raise SystemExit(f"variant {variant}: expected ours|peft - bf16|fp8native [-ac|-acN|-eager]")
+    if precision == "fp8native" and device.type != "cuda":
+        return {"skipped": "FP8 needs a GPU"}
+    torch.manual_seed(0)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    run, info = (bench_ours if kind == "ours" else bench_peft)(shape, seq, [precision, *modes], device, args)
+    t0 = time.perf_counter()
+    run()  # compiles
+    first_s = time.perf_counter() - t0
+    times = time_steps(run, args.warmup, args.steps, device)
+    ms = statistics.median(times)
+    tokens_per_s = seq / ms * 1e3
+    flops = shape.lora_flops_per_token(seq, info["adapters"])
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    losses = [float(x) for x in info.pop("losses")]
+    return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
+            "model_tflops": flops * tokens_per_s / 1e12, "peak_gib": peak, "first_step_s": first_s,
+            "first_loss": losses[0], "last_loss": losses[-1], **info}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default="peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac")
+    ap.add_argument("--layers", type=int, default=40)
+    ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model on the CPU (smoke test)")
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available() and not args.tiny
+    device = torch.device("cuda" if gpu else "cpu")
+    shape = TINY if args.tiny else PRESETS["70b"].replace(num_layers=args.layers)
+    seq = args.seq or (64 if args.tiny else 8192)
+    shape = shape.replace(max_seq_length=seq)
+    formula = "4 x N x tokens + 6 x seq x hidden x layers x tokens + 6 x adapters x tokens"
+    results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(), "seq": seq,
+               "layers": shape.num_layers, "bf16_matmul_tflops": matmul_peak(device), "runs": {},
+               "flops_formula": formula}  # fmt: skip
+    print(f"{results['device']}, torch {torch.__version__}, {shape.num_layers} layers of the 70B width, "
+          f"seq {seq}", flush=True)  # fmt: skip
+    for variant in args.variants.split(","):
+        try:
+            r = bench(variant, shape, seq, args, device)
+        except torch.cuda.OutOfMemoryError as err:
+            r = {"error": f"out of memory: {str(err)[:200]}"}
+        results["runs"][variant] = r
+        print(f"  {variant}: {json.dumps(r)}", flush=True)
+        gc.collect()
+        if gpu:
+            torch.cuda.empty_cache()
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "bench_lora.json").write_text(json.dumps(results, indent=2) + "\n")
+    peer = next((r for n, r in results["runs"].items() if n.startswith("peft") and "ms" in r), None)
+    print(f"\n{results['device']}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, micro-batch 1, "
+          f"LoRA rank 16; model FLOPs {results['flops_formula']}")  # fmt: skip
+    print("| variant | s/step | tokens/s | model TFLOP/s | peak GiB | vs peer |\n|---|---|---|---|---|---|")
+    for name, r in results["runs"].items():
+        if "ms" not in r:
+            print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")
+            continue
+        ratio = f"{r['tokens_per_s'] / peer['tokens_per_s']:.2f}x" if peer else "-"
+        print(f"| {name} | {r['ms'] / 1e3:.3f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
+              f"{r['peak_gib']:.1f} | {ratio} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

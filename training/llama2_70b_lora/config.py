@@ -1,0 +1,171 @@
+"""The Llama 2 70B LoRA fine-tuning run's settings, read once from the sourced config.
+
+Names are AMD's and NVIDIA's (`LR`, `MAX_STEPS`, `MINIBS`, `MBS`, `SKIP_EVALS`, `VAL_CHECK_INTERVAL`,
+`LORA_DIM`, `LORA_ALPHA`, `LORA_DROPOUT`, `WEIGHT_DECAY`, `GRADIENT_CLIP_VAL`, `MAX_SEQLEN`, `FP8`, `ACL`),
+with the defaults of their recipe (`../shared/reference/amd_submission.md` B5, B7): GBS = MINIBS x GPUs (8 on
+one node), AdamW 0.9 / 0.999 / 1e-8, weight decay 1e-4, clip 0.3, cosine from LR to 0 over MAX_STEPS without
+warm-up, LoRA rank 16, alpha 32, dropout 0.1 on the fused q|k|v and output projections of every block. The
+first evaluation comes after (SKIP_EVALS + 1) x VAL_CHECK_INTERVAL samples, then one every VAL_CHECK_INTERVAL
+samples, over the whole validation set. Changing what the closed rules fix (the target, the sequence length,
+the rank, the model) is logged as not a valid MLPerf result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from training import benchmarks
+from training.common.config import ConfigError, RunSettings, finite_problems, var
+from training.llama.parallel import Parallelism, feature_problems, layout
+
+BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
+ADAMW_BETAS = (0.9, 0.999)
+ADAMW_EPS = 1e-8
+LR_SCHEDULE = "cosine to 0, no warm-up"
+OFFICIAL = {"target": BENCHMARK.target, "max_seq_length": 8192, "lora_rank": 16}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraConfig(RunSettings):
+    datadir: Path = var(
+        "DATADIR", help="folder with data/{train,validation}.npy and model/ (Llama 2 70B, HF)"
+    )
+    model_dir: Path | None = var("MODEL", None, help="the Hugging Face checkpoint; default DATADIR/model")
+    init_checkpoint: str = var(
+        "INIT_CHECKPOINT", "model", help="'model': load MODEL's weights; 'none': random base weights (perf)"
+    )
+    minibs: int = var("MINIBS", help="sequences per GPU per optimizer step (GBS = MINIBS x GPUs)")
+    micro_batch_size: int = var("MBS", 1, help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",))
+    lr: float = var("LR", help="peak learning rate (cosine to 0 over MAX_STEPS)", aliases=("MAX_LR",))
+    max_steps: int = var("MAX_STEPS", 1024, help="optimizer steps: the LR horizon and the run's limit")
+    skip_evals: int | None = var(
+        "SKIP_EVALS", None, help="evaluations skipped before the first (default floor(0.125 x GBS + 2))"
+    )
+    val_check_interval: int = var("VAL_CHECK_INTERVAL", 384, help="samples between evaluations")
+    target: float = var("TARGET", BENCHMARK.target, help="validation loss to reach")
+    lora_rank: int = var("LORA_DIM", 16, aliases=("LORA_RANK",))
+    lora_alpha: float = var("LORA_ALPHA", 32.0)
+    lora_dropout: float = var("LORA_DROPOUT", 0.1)
+    weight_decay: float = var("WEIGHT_DECAY", 1e-4)
+    clip_norm: float = var("GRADIENT_CLIP_VAL", 0.3, help="gradient clipping by global norm")
+    seq_length: int = var("MAX_SEQLEN", 8192, help="rows of the data are this long", aliases=("SEQ_LENGTH",))
+    num_layers: int | None = var(
+        "NUM_LAYERS",
+        None,
+        help="fewer blocks than the checkpoint's (perf only)",
+        aliases=("OVERWRITTEN_NUM_LAYERS",),
+    )
+    fp8_param_gather: bool = var(
+        "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8"
+    )
+    activation_checkpointing: bool = var(
+        "ACTIVATION_CHECKPOINTING", False, help="recompute blocks in backward"
+    )
+    checkpoint_layers: int | None = var(
+        "ACL",
+        None,
+        help="with ACTIVATION_CHECKPOINTING: recompute only the first ACL blocks (AMD's MI300X: 21)",
+    )
+    reshard_after_forward: bool = var(
+        "RESHARD_AFTER_FORWARD", True, help="0: keep blocks gathered to backward"
+    )
+    compile: bool = var("COMPILE", False, help="torch.compile each transformer block")
+    warmup: bool = var(
+        "WARMUP", True, help="untimed synthetic training and validation steps before run_start"
+    )
+    warmup_train_steps: int = var("WARMUP_TRAIN_STEPS", 5)
+    attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
+    adamw_impl: str = var(
+        "ADAMW_IMPL", "auto", help="auto (GPUs: ours in Triton where it matches torch's) | torch"
+    )
+
+    def __post_init__(self):
+        problems = self.shared_problems()
+        positive = {"MINIBS": self.minibs, "MBS": self.micro_batch_size, "MAX_STEPS": self.max_steps,
+                    "VAL_CHECK_INTERVAL": self.val_check_interval, "LORA_DIM": self.lora_rank,
+                    "MAX_SEQLEN": self.seq_length}  # fmt: skip
+        problems += [f"{name}={value} must be > 0" for name, value in positive.items() if value <= 0]
+        problems += finite_problems({"LR": self.lr, "TARGET": self.target, "LORA_ALPHA": self.lora_alpha,
+                                     "GRADIENT_CLIP_VAL": self.clip_norm})  # fmt: skip
+        problems += finite_problems({"WEIGHT_DECAY": self.weight_decay}, positive=False)
+        if self.weight_decay < 0:
+            problems.append(f"WEIGHT_DECAY={self.weight_decay} must be >= 0")
+        if not 0 <= self.lora_dropout < 1:
+            problems.append(f"LORA_DROPOUT={self.lora_dropout} must be in [0, 1)")
+        if self.minibs % self.micro_batch_size:
+            problems.append(f"MINIBS={self.minibs} is not a multiple of MBS={self.micro_batch_size}")
+        if self.skip_evals is not None and self.skip_evals < 0:
+            problems.append(f"SKIP_EVALS={self.skip_evals} must be >= 0")
+        if self.num_layers is not None and self.num_layers <= 0:
+            problems.append(f"NUM_LAYERS={self.num_layers} must be > 0")
+        if self.checkpoint_layers is not None and (
+            self.checkpoint_layers < 0 or not self.activation_checkpointing
+        ):
+            problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1 and a count >= 0")
+        if self.warmup_train_steps < 0:
+            problems.append(f"WARMUP_TRAIN_STEPS={self.warmup_train_steps} must be >= 0")
+        if self.init_checkpoint not in ("model", "none"):
+            problems.append(f"INIT_CHECKPOINT={self.init_checkpoint!r} is not one of model, none")
+        for name, value, choices in (("ATTENTION", self.attention, ("auto", "sdpa", "flash_attn")),
+                                     ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch"))):  # fmt: skip
+            if value not in choices:
+                problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
+        problems += feature_problems(1, 1, 1, self.fp8_backend if self.fp8 else None, self.compile,
+                                     self.seq_length, self.num_layers or 1, lora=True)  # fmt: skip
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    # ---- derived values ----
+    @property
+    def fp8(self) -> bool:
+        """FP8 matmuls in the blocks (PRECISION=fp8, or FP8=1), the frozen base and the adapters' inputs."""
+        return self.requested_precision() == "fp8"
+
+    def global_batch_size(self, world_size: int) -> int:
+        return self.minibs * world_size
+
+    def parallelism(self, world_size: int) -> Parallelism:
+        """FSDP2 over every GPU (no TP, PP or CP with LoRA): GBS = MINIBS x world, MINIBS / MBS forwards."""
+        return layout(world_size, 1, 1, 1, self.global_batch_size(world_size), self.micro_batch_size)
+
+    def scale_problems(self, world_size: int | None = None) -> list[str]:
+        problems = super().scale_problems(world_size)
+        try:
+            self.parallelism(world_size or self.world_size())
+        except ConfigError as err:
+            problems.append(str(err))
+        return problems
+
+    def evals_skipped(self, world_size: int) -> int:
+        """The MLPerf rule's default: floor(0.125 x GBS + 2) evaluations skipped (3 at GBS 8)."""
+        gbs = self.global_batch_size(world_size)
+        return self.skip_evals if self.skip_evals is not None else math.floor(0.125 * gbs + 2)
+
+    def eval_steps(self, world_size: int) -> tuple[int, int]:
+        """(first, every): optimizer steps of the first evaluation and between evaluations."""
+        every = math.ceil(self.val_check_interval / self.global_batch_size(world_size))
+        return (self.evals_skipped(world_size) + 1) * every, every
+
+    def paths(self) -> dict[str, Path]:
+        data = self.datadir / "data"
+        return {"train": data / "train.npy", "valid": data / "validation.npy",
+                "model": self.model_dir or self.datadir / "model"}  # fmt: skip
+
+    def deviations(self, shape_is_official: bool) -> list[str]:
+        """Settings that make this run something other than the MLPerf benchmark."""
+        out = []
+        if not math.isclose(self.target, OFFICIAL["target"]):
+            out.append(f"TARGET={self.target} (MLPerf: {OFFICIAL['target']})")
+        if self.seq_length != OFFICIAL["max_seq_length"]:
+            out.append(f"MAX_SEQLEN={self.seq_length} (MLPerf: {OFFICIAL['max_seq_length']})")
+        if self.lora_rank != OFFICIAL["lora_rank"]:
+            out.append(f"LORA_DIM={self.lora_rank} (MLPerf: {OFFICIAL['lora_rank']})")
+        if not shape_is_official:
+            out.append("the model is not Llama 2 70B")
+        if self.init_checkpoint == "none":
+            out.append("INIT_CHECKPOINT=none (random base weights)")
+        if self.is_cpu_demo:
+            out.append("CPU_DEMO=1")
+        return out

@@ -1,0 +1,70 @@
+"""The LoRA benchmark's model: the shared Llama module at the checkpoint's shape (Llama 2 70B), laid out over
+the ranks with the config's features and the LoRA adapters (`training.llama.parallel.apply_features`), then
+materialized: the frozen base read from the Hugging Face safetensors shards, each rank its own rows
+(`training.llama.checkpoint`), the adapters initialized (A Kaiming-uniform, B zero)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from training.fp8 import Fp8, Fp8Settings, MlpLayout, reset_after_materialize
+from training.llama import parallel
+from training.llama.checkpoint import load_hf_checkpoint, shape_from_hf_config
+from training.llama.model import MLP, PRESETS, Llama, LlamaShape, choose_attention
+from training.llama2_70b_lora.config import LoraConfig
+from training.lora import LoraSettings, reset_lora
+
+
+def model_shape(cfg: LoraConfig) -> LlamaShape:
+    """The checkpoint's shape (its config.json), or Llama 2 70B's without one (INIT_CHECKPOINT=none), at the
+    run's sequence length; NUM_LAYERS keeps the first blocks only."""
+    folder = cfg.paths()["model"]
+    base = shape_from_hf_config(folder) if (folder / "config.json").exists() else PRESETS["70b"]
+    return base.replace(num_layers=cfg.num_layers, max_seq_length=cfg.seq_length)
+
+
+def is_llama2_70b(shape: LlamaShape) -> bool:
+    return shape.replace(max_seq_length=8192) == PRESETS["70b"]
+
+
+def fp8_settings(cfg: LoraConfig, par: parallel.Parallelism) -> Fp8Settings | None:
+    """FP8 for the blocks' (frozen) linears; with FSDP2 their weights are all-gathered in FP8, and the native
+    backend runs each MLP as one function."""
+    if not cfg.fp8:
+        return None
+    layout = MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj")
+    gather = cfg.fp8_param_gather and par.dp > 1
+    return Fp8Settings(backend=cfg.fp8_backend, gather_in_fp8=gather, fuse_mlp=layout, casts=cfg.fp8_casts)
+
+
+def build_model(
+    cfg: LoraConfig, par: parallel.Parallelism, mesh, device: torch.device, precision: str
+) -> tuple[nn.Module, Fp8, dict[str, str]]:
+    """(model, FP8 hooks, what each feature did). Built on the meta device, the frozen base in the compute
+    dtype (bf16 on GPUs: nothing updates it, so no float32 master copy), the adapters in float32."""
+    shape = model_shape(cfg)
+    base_dtype = torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32
+    with torch.device("meta"):
+        model = Llama(shape, choose_attention(cfg.attention, device)).to(base_dtype)
+    features = parallel.Features(
+        fp8=fp8_settings(cfg, par),
+        lora=LoraSettings(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout),
+        activation_checkpointing=cfg.activation_checkpointing,
+        checkpoint_layers=cfg.checkpoint_layers,
+        compile=cfg.compile,
+        param_dtype=base_dtype,
+        reshard_after_forward=cfg.reshard_after_forward,
+    )
+    fp8, applied = parallel.apply_features(model, mesh, features)
+    model.to_empty(device=device)
+    if cfg.init_checkpoint == "model":
+        load_hf_checkpoint(model, cfg.paths()["model"], show_progress=True)
+        weights = f"{cfg.paths()['model']} (Hugging Face safetensors, read shard by shard)"
+    else:
+        model.init_weights()  # the from-scratch init (the adapters are set right after)
+        weights = "random (INIT_CHECKPOINT=none)"
+    reset_lora(model)
+    reset_after_materialize(model)
+    fp8.weights_changed(model)  # (the scales of FP8 all-gathers: the frozen weights never change after)
+    return model, fp8, {"attention": model.layers[0].self_attn.backend, "weights": weights, **applied}
