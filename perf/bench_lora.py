@@ -14,7 +14,8 @@ weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the G
   k_proj, v_proj, o_proj]))` on the Hugging Face model in bf16 (SDPA attention), its float32 loss, torch's
   fused AdamW and clip_grad_norm_ at 0.3 (eager: what a peft user writes).
 Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
-peer), `-acN` the first N blocks only (ours), `-eager` no compile.
+peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with fp8native) the frozen base
+stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts).
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
 no weight gradients, so per token 4 x N (N: parameters without the input embedding) + 6 x seq x hidden x
@@ -64,7 +65,8 @@ def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
            "MAX_SEQLEN": str(seq), "NUM_LAYERS": str(shape.num_layers),
            "COMPILE": str(int("eager" not in modes)), "FP8_BACKEND": "native",
            "PRECISION": "fp8" if "fp8native" in modes else "bf16",
-           "ACTIVATION_CHECKPOINTING": str(int(bool(ac)))}  # fmt: skip
+           "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
+           "FP8_WEIGHTS": str(int("fp8w" in modes))}  # fmt: skip
     if ac and ac[0] != "ac":
         env["ACL"] = ac[0][2:]
     if device.type != "cuda":

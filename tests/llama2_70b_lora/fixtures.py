@@ -1,4 +1,4 @@
-"""A tiny Llama 2 checkpoint saved by `transformers` (safetensors) and GovReport-layout rows, for the tests."""
+"""A tiny Llama 2 checkpoint saved by `transformers` (safetensors) and rows in the GovReport layout."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def write_rows(path: Path, count: int, seq: int, vocab: int, seed: int, packed: 
     for _ in range(count):
         starts = [0]
         if packed:
-            starts += sorted(rng.choice(np.arange(8, seq - 8), int(rng.integers(1, 3)), replace=False).tolist())
+            starts += sorted(
+                rng.choice(np.arange(8, seq - 8), int(rng.integers(1, 3)), replace=False).tolist()
+            )
         ids, mask = np.zeros(seq, np.int64), np.zeros(seq, np.int64)
         for a, b in zip(starts, [*starts[1:], seq]):
             first = int(rng.integers(0, vocab - 1))
@@ -55,5 +57,7 @@ def make_datadir(root: Path, train: int = 32, valid: int = 6, seq: int = 64, pac
     write_rows(root / "data" / "train.npy", train, seq, CONFIG["vocab_size"], 1, packed)
     write_rows(root / "data" / "validation.npy", valid, seq, CONFIG["vocab_size"], 2, packed)
     save_tiny_llama2(root / "model")
-    (root / "data" / "meta.json").write_text(json.dumps({"seq_length": seq, "vocab_size": CONFIG["vocab_size"]}))
+    (root / "data" / "meta.json").write_text(
+        json.dumps({"seq_length": seq, "vocab_size": CONFIG["vocab_size"]})
+    )
     return root

@@ -128,6 +128,16 @@ def _fuse_mlps(model: nn.Module, layout: MlpLayout) -> int:
     return fused
 
 
+def store_weights_in_fp8(module: nn.Module) -> int:
+    """Store the frozen weights of `module`'s native FP8 linears as e4m3 codes (`Fp8Linear.store_in_fp8`):
+    half the memory of bf16 and no cast per forward, the same numbers. For a frozen base on one GPU (the
+    whole Llama 2 70B LoRA model in 70 GB). Returns how many."""
+    linears = [m for m in module.modules() if isinstance(m, Fp8Linear) and not m.stores_fp8]
+    for linear in linears:
+        linear.store_in_fp8()
+    return len(linears)
+
+
 def reset_after_materialize(model: nn.Module) -> None:
     """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers."""
     for module in model.modules():

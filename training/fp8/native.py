@@ -21,19 +21,33 @@ from training.fp8.casts import (
     act_backward_cast_transpose,
     act_cast_transpose,
     amax_of,
+    cast,
     cast_transpose,
     scale_of,
 )
 from training.fp8.gather import unpack
 
 
-def _cast_weight(w: torch.Tensor, gathered_scale: torch.Tensor | None, triton: bool):
-    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale). A weight all-gathered in
-    FP8 (`gathered_scale`, its scale) already holds both copies in its bytes (`gather.unpack`)."""
-    if gathered_scale is not None:
-        return (*unpack(w), gathered_scale)
+def _cast_weight(w: torch.Tensor, given_scale: torch.Tensor | None, triton: bool):
+    """w in e4m3 with the scale of its current amax: (copy, transposed copy, scale). A weight stored in FP8
+    (`store_weights_in_fp8`; `given_scale`, its scale) is its own copy, and the transposed one is made in the
+    backward (None here); one all-gathered in FP8 already holds both copies in its bytes (`gather.unpack`)."""
+    if w.dtype == torch.float8_e4m3fn:
+        return w, None, given_scale
+    if given_scale is not None:
+        return (*unpack(w), given_scale)
     scale = scale_of(amax_of(w), E4M3_MAX)
     return (*cast_transpose(w, scale, torch.float8_e4m3fn, triton=triton), scale)
+
+
+def _kept(w8: torch.Tensor, w8t: torch.Tensor | None) -> torch.Tensor:
+    """What a forward keeps of a weight for its backward: the transposed copy, or for a weight stored in FP8
+    the weight itself (a reference, no memory), transposed when the backward needs it (`_transposed`)."""
+    return w8 if w8t is None else w8t
+
+
+def _transposed(kept: torch.Tensor, stored: bool) -> torch.Tensor:
+    return kept.t().contiguous() if stored else kept
 
 
 def _commit(pairs) -> None:
@@ -64,7 +78,8 @@ class _Fp8Matmul(torch.autograd.Function):
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
         # a frozen weight (LoRA's base) needs no weight gradient: x's transposed copy is not kept for one
-        ctx.save_for_backward(x8t if ctx.needs_input_grad[1] else None, w8t, x_scale, w_scale)
+        ctx.save_for_backward(x8t if ctx.needs_input_grad[1] else None, _kept(w8, w8t), x_scale, w_scale)
+        ctx.stored = w8t is None
         # not saved for backward: that would check its version, which another micro-batch's backward may
         # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
         ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next)] if update_x_amax else []
@@ -74,6 +89,7 @@ class _Fp8Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (x8t, w8t, x_scale, w_scale), g_amax = ctx.saved_tensors, ctx.g_amax
+        w8t = _transposed(w8t, ctx.stored)
         g_scale = scale_of(g_amax, E5M2_MAX)
         g8, g8t = cast_transpose(g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton)
         g_inv = g_scale.reciprocal()
@@ -112,7 +128,7 @@ class _Fp8MLP(torch.autograd.Function):
         wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
         up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
-        gate = wg8t = g_scale = None
+        gate = wg8 = wg8t = g_scale = None
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
             gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
@@ -124,9 +140,9 @@ class _Fp8MLP(torch.autograd.Function):
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
         x8t = x8t if needs[1] or needs[3] else None
         h8t = h8t if needs[4] else None
-        ctx.save_for_backward(
-            x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale
-        )
+        kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
+        ctx.stored = wu8t is None, wg8t is None, wd8t is None
+        ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale)
         ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
         ctx.commit = [(x_amax, x_amax_next), (h_amax, h_amax_next)] if update_amax else []
         ctx.dtypes = (
@@ -140,6 +156,8 @@ class _Fp8MLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale = ctx.saved_tensors
+        wu8t, wd8t = _transposed(wu8t, ctx.stored[0]), _transposed(wd8t, ctx.stored[2])
+        wg8t = None if wg8t is None else _transposed(wg8t, ctx.stored[1])
         (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
         dy_scale, dup_scale = scale_of(dy_amax, E5M2_MAX), scale_of(dup_amax, E5M2_MAX)
         dgate_scale = None if gate is None else scale_of(dgate_amax, E5M2_MAX)
@@ -178,6 +196,7 @@ class Fp8Linear(nn.Linear):
     in Triton on GPU tensors (`casts.choose_casts`)."""
 
     gathers_fp8 = False  # its weight is an `_Fp8GatheredWeight`, scaled by the `w_scale` buffer
+    stores_fp8 = False  # its (frozen) weight is stored as e4m3 codes, scaled by the `w_scale` buffer
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, triton: bool = False) -> Fp8Linear:
@@ -201,8 +220,21 @@ class Fp8Linear(nn.Linear):
         return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax)
 
     def gathered_scale(self) -> torch.Tensor | None:
-        """The scale its weight was all-gathered in FP8 with, or None (a plain weight, cast here)."""
-        return self.w_scale if self.gathers_fp8 else None
+        """The scale its weight was all-gathered or stored in FP8 with (None: a plain weight, cast here)."""
+        return self.w_scale if self.gathers_fp8 or self.stores_fp8 else None
+
+    @torch.no_grad()
+    def store_in_fp8(self) -> None:
+        """Replace the frozen weight by its e4m3 codes (half of bf16's memory, and no cast in any forward),
+        scaled by its amax now (`w_scale`); the module computes the same numbers as before, as the weight
+        would have been cast with that scale every step."""
+        w = self.weight
+        if w.requires_grad or isinstance(w, DTensor) or self.gathers_fp8:
+            raise ValueError("only a frozen, unsharded weight can be stored in FP8 (a LoRA base on one GPU)")
+        scale = scale_of(amax_of(w), E4M3_MAX)
+        self.weight = nn.Parameter(cast(w, scale, torch.float8_e4m3fn), requires_grad=False)
+        self.register_buffer("w_scale", scale, persistent=False)
+        self.stores_fp8 = True
 
     def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
         flat = x.reshape(-1, x.shape[-1])

@@ -87,15 +87,25 @@ def _local_region(param: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]
     return param._local_tensor, tuple(slice(o, o + n) for o, n in zip(offset, shape))
 
 
+def _in_adapter(name: str) -> bool:
+    return ".qkv_adapter." in name or ".o_adapter." in name
+
+
+def hf_name(name: str) -> str:
+    """Our parameter name -> Hugging Face's (`LlamaForCausalLM`: all but the output layer under `model.`)."""
+    return name if name.startswith("lm_head.") else f"model.{name}"
+
+
 @torch.no_grad()
-def load_hf_checkpoint(model: nn.Module, folder: Path, show_progress: bool = True) -> int:
-    """Copy a Hugging Face Llama checkpoint into `model`'s base parameters (plain or FSDP2-sharded), each
-    rank reading its own rows. Parameters not in checkpoints (LoRA adapters: `trainable` ones) are left
-    alone; a base parameter missing from the checkpoint, or a tensor of another shape, is an error naming it.
+def load_hf_checkpoint(module: nn.Module, folder: Path, show_progress: bool = True, under: str = "") -> int:
+    """Copy a Hugging Face Llama checkpoint into the parameters of `module` (the model, or the part of it at
+    path `under`, e.g. "layers.3."; plain or FSDP2-sharded), each rank reading its own rows. The adapters in
+    the attention's LoRA slots (`qkv_adapter`, `o_adapter`) are not in checkpoints and are left alone; any
+    other parameter missing from the checkpoint, or a tensor of another shape, is an error naming it.
     Returns the bytes this rank read."""
     files = checkpoint_files(folder)
-    params = {name: p for name, p in model.named_parameters() if not p.requires_grad}
-    wanted = {f"model.{name}" if name != "lm_head.weight" else name: name for name in params}
+    params = {name: p for name, p in module.named_parameters() if not _in_adapter(under + name)}
+    wanted = {hf_name(under + name): name for name in params}
     missing = sorted(set(wanted) - set(files))
     if missing:
         raise CheckpointError(f"{folder}: the checkpoint lacks {len(missing)} tensor(s) of the model, e.g. "
@@ -103,17 +113,17 @@ def load_hf_checkpoint(model: nn.Module, folder: Path, show_progress: bool = Tru
     from safetensors import safe_open
 
     by_file: dict[Path, list[str]] = {}
-    for hf_name in wanted:
-        by_file.setdefault(files[hf_name], []).append(hf_name)
+    for theirs in wanted:
+        by_file.setdefault(files[theirs], []).append(theirs)
     progress = _Progress(len(wanted), show_progress)
     for path, names in sorted(by_file.items()):
         with safe_open(path, "pt") as f:
-            for hf_name in names:
-                param = params[wanted[hf_name]]
-                lazy = f.get_slice(hf_name)
+            for theirs in names:
+                param = params[wanted[theirs]]
+                lazy = f.get_slice(theirs)
                 if tuple(lazy.get_shape()) != tuple(param.shape):
-                    raise CheckpointError(f"{path.name}: {hf_name} has shape {tuple(lazy.get_shape())}, the "
-                                          f"model's {wanted[hf_name]} {tuple(param.shape)}")  # fmt: skip
+                    raise CheckpointError(f"{path.name}: {theirs} has shape {tuple(lazy.get_shape())}, the "
+                                          f"model's {wanted[theirs]} {tuple(param.shape)}")  # fmt: skip
                 local, region = _local_region(param)
                 if local.numel():
                     rows = lazy[region]

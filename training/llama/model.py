@@ -310,18 +310,23 @@ class Llama(nn.Module):
             x = layer(x, cos, sin, cu_seqlens, max_seqlen)
         return self.lm_head(self.norm(x)) if self.lm_head is not None else x
 
-    @torch.no_grad()
     def init_weights(self) -> None:
-        """Megatron/NeMo's from-scratch init: N(0, std) everywhere, std / sqrt(2 * layers) for the
-        projections that write into the residual stream, norms at 1. Works on sharded (DTensor) params."""
-        out_std = self.shape.init_std / math.sqrt(2 * self.shape.num_layers)
-        for name, param in self.named_parameters():
-            if name.endswith("norm.weight"):
-                nn.init.ones_(param)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                nn.init.normal_(param, mean=0.0, std=out_std)
-            else:
-                nn.init.normal_(param, mean=0.0, std=self.shape.init_std)
+        """Megatron/NeMo's from-scratch init (`init_weights`). Works on sharded (DTensor) params."""
+        init_weights(self, self.shape)
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, shape: LlamaShape) -> None:
+    """Megatron/NeMo's from-scratch init of `module` (the model, or one of its blocks): N(0, std) everywhere,
+    std / sqrt(2 * layers) for the projections that write into the residual stream, norms at 1."""
+    out_std = shape.init_std / math.sqrt(2 * shape.num_layers)
+    for name, param in module.named_parameters():
+        if name.endswith("norm.weight"):
+            nn.init.ones_(param)
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            nn.init.normal_(param, mean=0.0, std=out_std)
+        else:
+            nn.init.normal_(param, mean=0.0, std=shape.init_std)
 
 
 def choose_attention(requested: str, device: torch.device) -> str:

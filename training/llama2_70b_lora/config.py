@@ -60,6 +60,9 @@ class LoraConfig(RunSettings):
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8"
     )
+    fp8_weights: bool = var(
+        "FP8_WEIGHTS", False, help="one GPU, PRECISION=fp8, FP8_BACKEND=native: the frozen base stored in FP8"
+    )
     activation_checkpointing: bool = var(
         "ACTIVATION_CHECKPOINTING", False, help="recompute blocks in backward"
     )
@@ -106,6 +109,8 @@ class LoraConfig(RunSettings):
             problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1 and a count >= 0")
         if self.warmup_train_steps < 0:
             problems.append(f"WARMUP_TRAIN_STEPS={self.warmup_train_steps} must be >= 0")
+        if self.fp8_weights and not (self.fp8 and self.fp8_backend == "native"):
+            problems.append("FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native")
         if self.init_checkpoint not in ("model", "none"):
             problems.append(f"INIT_CHECKPOINT={self.init_checkpoint!r} is not one of model, none")
         for name, value, choices in (("ATTENTION", self.attention, ("auto", "sdpa", "flash_attn")),

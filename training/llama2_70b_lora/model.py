@@ -8,10 +8,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from training.fp8 import Fp8, Fp8Settings, MlpLayout, reset_after_materialize
+from training.common.config import ConfigError
+from training.fp8 import Fp8, Fp8Settings, MlpLayout, reset_after_materialize, store_weights_in_fp8
 from training.llama import parallel
 from training.llama.checkpoint import load_hf_checkpoint, shape_from_hf_config
-from training.llama.model import MLP, PRESETS, Llama, LlamaShape, choose_attention
+from training.llama.model import MLP, PRESETS, Llama, LlamaShape, choose_attention, init_weights
 from training.llama2_70b_lora.config import LoraConfig
 from training.lora import LoraSettings, reset_lora
 
@@ -57,14 +58,34 @@ def build_model(
         reshard_after_forward=cfg.reshard_after_forward,
     )
     fp8, applied = parallel.apply_features(model, mesh, features)
-    model.to_empty(device=device)
-    if cfg.init_checkpoint == "model":
-        load_hf_checkpoint(model, cfg.paths()["model"], show_progress=True)
-        weights = f"{cfg.paths()['model']} (Hugging Face safetensors, read shard by shard)"
+    folder = cfg.paths()["model"] if cfg.init_checkpoint == "model" else None
+    if cfg.fp8_weights:  # one block at a time, each stored in FP8 before the next: never the bf16 model
+        if mesh is not None:
+            raise ConfigError("FP8_WEIGHTS=1 runs on one GPU only (FSDP2 shards bf16 weights instead)")
+        for i, block in enumerate(model.layers):
+            _materialize(block, device, folder, shape, f"layers.{i}.")
+            store_weights_in_fp8(block)
+        for name in ("embed_tokens", "norm", "lm_head"):
+            _materialize(getattr(model, name), device, folder, shape, f"{name}.")
+        applied["fp8"] += ", frozen weights stored in FP8"
     else:
-        model.init_weights()  # the from-scratch init (the adapters are set right after)
-        weights = "random (INIT_CHECKPOINT=none)"
+        _materialize(model, device, folder, shape, "")
+    weights = (
+        f"{folder} (Hugging Face safetensors, read shard by shard)"
+        if folder
+        else "random (INIT_CHECKPOINT=none)"
+    )
     reset_lora(model)
     reset_after_materialize(model)
     fp8.weights_changed(model)  # (the scales of FP8 all-gathers: the frozen weights never change after)
     return model, fp8, {"attention": model.layers[0].self_attn.backend, "weights": weights, **applied}
+
+
+def _materialize(module: nn.Module, device, folder, shape: LlamaShape, under: str) -> None:
+    """Allocate `module` on `device` and set its frozen weights: from the checkpoint in `folder`, or (None)
+    the from-scratch init. (The adapters are set by `reset_lora`.)"""
+    module.to_empty(device=device)
+    if folder is not None:
+        load_hf_checkpoint(module, folder, show_progress=not under.startswith("layers."), under=under)
+    else:
+        init_weights(module, shape)

@@ -1,0 +1,184 @@
+"""The LoRA benchmark's model on the CPU: the adapters (against peft's, merged, frozen base), a Hugging Face
+checkpoint loaded shard by shard, packed rows, the loss mask, FP8-stored frozen weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.llama2_70b_lora.fixtures import CONFIG, save_tiny_llama2
+from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, store_weights_in_fp8
+from training.llama.checkpoint import CheckpointError, load_hf_checkpoint, shape_from_hf_config
+from training.llama.model import MLP, Llama, cross_entropy
+from training.lora import LoraSettings, apply_lora, merge_lora
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_tiny_llama2(tmp_path_factory.mktemp("tiny_llama2"))
+
+
+def ours(folder, lora: LoraSettings | None = None) -> Llama:
+    with torch.device("meta"):
+        model = Llama(shape_from_hf_config(folder))
+    apply_lora(model, lora)
+    model.to_empty(device="cpu")
+    load_hf_checkpoint(model, folder, show_progress=False)
+    if lora is not None:
+        from training.lora import reset_lora
+
+        reset_lora(model)
+    return model
+
+
+def tokens(n: int = 2, seq: int = 48, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, CONFIG["vocab_size"], (n, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def test_the_checkpoint_loads_shard_by_shard_and_gives_transformers_logits(checkpoint):
+    import transformers
+
+    hf = transformers.LlamaForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32)
+    x = tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(checkpoint)(x), hf(input_ids=x).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_a_checkpoint_that_does_not_fit_is_named(checkpoint, tmp_path):
+    with torch.device("meta"):
+        model = Llama(shape_from_hf_config(checkpoint).replace(num_layers=3))
+    model.to_empty(device="cpu")
+    with pytest.raises(CheckpointError, match="lacks 9 tensor.s. of the model, e.g. model.layers.2"):
+        load_hf_checkpoint(model, checkpoint, show_progress=False)
+    with torch.device("meta"):
+        model = Llama(shape_from_hf_config(checkpoint).replace(ffn_hidden_size=64))
+    model.to_empty(device="cpu")
+    shapes = r"gate_proj.weight has shape \(96, 64\), the model's layers.0.mlp.gate_proj.weight \(64, 64\)"
+    with pytest.raises(CheckpointError, match=shapes):
+        load_hf_checkpoint(model, checkpoint, show_progress=False)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="config.json: no num_hidden_layers"):
+        shape_from_hf_config(tmp_path)
+
+
+def test_a_fresh_adapter_changes_nothing_and_only_adapters_train(checkpoint):
+    base, adapted = ours(checkpoint), ours(checkpoint, LoraSettings(rank=16, alpha=32, dropout=0.1))
+    x = tokens()
+    adapted.train()  # dropout on: B is zero, so the output is still the base's
+    torch.testing.assert_close(adapted(x), base(x), rtol=0, atol=0)
+    trainable = {n for n, p in adapted.named_parameters() if p.requires_grad}
+    assert trainable and all(".qkv_adapter." in n or ".o_adapter." in n for n in trainable)
+    assert len(trainable) == 4 * CONFIG["num_hidden_layers"]  # A and B of two adapters per block
+
+
+def test_a_trained_adapter_equals_its_merged_weight(checkpoint):
+    model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.0))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    x = tokens()
+    for _ in range(3):
+        cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        adapted = model(x)
+        assert merge_lora(model) == CONFIG["num_hidden_layers"]
+        merged = model(x)
+    assert not torch.equal(adapted, ours(checkpoint)(x))  # the adapters learned something
+    torch.testing.assert_close(merged, adapted, rtol=1e-4, atol=1e-4)
+
+
+def test_the_fused_qkv_adapter_is_peft_on_a_fused_qkv_layer(checkpoint):
+    """The MLPerf recipe's adapter on the fused q|k|v projection (one A for the three) is what peft computes
+    on a fused QKV linear (the MLCommons reference's fused-QKV checkpoint), with the same A and B."""
+    import peft
+
+    model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.0))
+    attn = model.layers[0].self_attn
+    torch.manual_seed(1)
+    nn.init.normal_(attn.qkv_adapter.lora_b.weight)
+    fused = nn.Sequential()
+    fused.qkv_proj = nn.Linear(CONFIG["hidden_size"], attn.q_proj.out_features * 2, bias=False)
+    with torch.no_grad():
+        fused.qkv_proj.weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    wrapped = peft.get_peft_model(
+        fused, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["qkv_proj"])
+    )
+    layer = wrapped.base_model.model.qkv_proj
+    with torch.no_grad():
+        layer.lora_A["default"].weight.copy_(attn.qkv_adapter.lora_a.weight)
+        layer.lora_B["default"].weight.copy_(attn.qkv_adapter.lora_b.weight)
+        x = torch.randn(3, CONFIG["hidden_size"])
+        want = layer(x)
+        got = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], -1) + attn.qkv_adapter(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_row_equals_its_sequences_one_by_one(checkpoint):
+    model = ours(checkpoint)
+    seqs = [tokens(1, n, seed=n) for n in (17, 9, 22)]
+    row = torch.cat(seqs, 1)
+    positions = torch.cat([torch.arange(s.shape[1]) for s in seqs]).unsqueeze(0)
+    cu = torch.tensor([0, 17, 26, 48], dtype=torch.int32)
+    with torch.no_grad():
+        packed = model(row, position_ids=positions, cu_seqlens=cu)
+        alone = torch.cat([model(s) for s in seqs], 1)
+    torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # without the boundaries the later sequences see the earlier ones: not the same
+        assert not torch.allclose(model(row), alone, atol=1e-3)
+
+
+def test_the_loss_scores_only_the_masked_in_tokens():
+    """The rows' micro-batches (training.llama2_70b_lora.data): labels -100 where the next token's loss_mask
+    is 0 and at a sequence's last token (its next is another sequence's first), positions restarting."""
+    from training.llama2_70b_lora.data import Rows, micro_batch
+
+    ids = torch.arange(10, dtype=torch.int32).unsqueeze(0)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0, 1, 1, 1]], dtype=torch.bool)
+    tokens_, labels, positions, cu = micro_batch(Rows(ids, mask, [[0, 5]]), [0])
+    assert tokens_.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7, 8, 0]]  # the last position is padding
+    assert labels.tolist() == [[-100, 2, 3, 4, -100, -100, 7, 8, 9, -100]]
+    assert positions.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4]] and cu.tolist() == [0, 5, 10]
+    logits = torch.randn(1, 10, 16)
+    scored = labels != -100
+    want = nn.functional.cross_entropy(logits[scored], labels[scored])
+    torch.testing.assert_close(cross_entropy(logits, labels), want)
+
+
+def test_fp8_stored_frozen_weights_give_the_same_bits(checkpoint):
+    """Frozen weights stored as e4m3 codes (FP8_WEIGHTS: the 80-layer model on one GPU) compute what the
+    native FP8 linears computed from the bf16 weights: the same output and input gradient, bit for bit,
+    through the linears and the fused MLP, the adapters training."""
+    runs = []
+    for stored in (False, True):
+        torch.manual_seed(0)
+        model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.0))
+        layout = MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj")
+        apply_fp8(model, Fp8Settings("native", fuse_mlp=layout))
+        if stored:
+            assert store_weights_in_fp8(model) == 7 * CONFIG["num_hidden_layers"]
+            assert model.layers[0].mlp.up_proj.weight.dtype == torch.float8_e4m3fn
+        x = torch.randn(2, 16, CONFIG["hidden_size"], requires_grad=True)
+        with torch.autocast("cpu", torch.bfloat16):
+            y = model.layers[0](x, *rope(model, 16))
+        y.float().pow(2).mean().backward()
+        runs.append((y.detach(), x.grad, model.layers[0].self_attn.o_adapter.lora_a.weight.grad))
+    (y, dx, da), (y2, dx2, da2) = runs
+    assert torch.equal(y, y2) and torch.equal(dx, dx2) and torch.equal(da, da2)
+
+
+def rope(model: Llama, seq: int):
+    from training.llama.model import rope_frequencies
+
+    freqs = torch.arange(seq).float().unsqueeze(-1) * rope_frequencies(model.shape)
+    angles = torch.cat((freqs, freqs), -1).unsqueeze(0).unsqueeze(2)
+    return angles.cos(), angles.sin()
