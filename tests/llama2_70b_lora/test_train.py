@@ -1,0 +1,119 @@
+"""The LoRA trainer end to end on the CPU (`python -m training.llama2_70b_lora.train`, as run_and_time.sh
+starts it): the MLLOG keys the closed rules require and a log the checker passes, the evaluation schedule,
+FSDP2 over 2 gloo processes training as one process, and configs' errors named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.llama2_70b_lora.fixtures import make_datadir
+from training.common.config import ConfigError
+from training.llama2_70b_lora.config import LoraConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"MINIBS": "2", "MBS": "1", "LR": "2e-3", "MAX_STEPS": "12", "VAL_CHECK_INTERVAL": "4",
+        "SKIP_EVALS": "1", "MAX_SEQLEN": "64", "TARGET": "0.5", "CPU_DEMO": "1", "SEED": "3", "LOG_FREQ": "4",
+        "WARMUP_TRAIN_STEPS": "1", "LORA_DROPOUT": "0"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def datadir(tmp_path_factory):
+    return make_datadir(tmp_path_factory.mktemp("lora_data"))
+
+
+def train(datadir: Path, logdir: Path, nproc: int = 1, **env: str) -> tuple[int, list[dict], str]:
+    settings = {**BASE, "DGXNGPU": str(nproc), "DATADIR": str(datadir), "LOGDIR": str(logdir),
+                "RUN_TAG": "lora_1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **env}  # fmt: skip
+    if nproc > 1:
+        settings["MINIBS"] = str(int(settings["MINIBS"]) // nproc)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "training.llama2_70b_lora.train"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **settings})  # fmt: skip
+    log = proc.stdout + proc.stderr
+    (logdir / "result_1.txt").write_text(log)
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.splitlines() if ":::MLLOG " in line]
+    return proc.returncode, events, log
+
+
+def test_a_run_logs_what_the_rules_require_and_its_log_passes_the_checker(datadir, tmp_path):
+    from training.scoring.compliance import check_compliance
+
+    # the tiny random base learns little: a target the adapters reach by the second evaluation
+    rc, events, log = train(datadir, tmp_path, LR="2e-2", MAX_STEPS="24", TARGET="5.54")
+    assert rc == 0, log[-3000:]
+    keys = {e["key"]: e for e in events}
+    for key in ("global_batch_size", "opt_base_learning_rate", "opt_learning_rate_training_steps",
+                "opt_gradient_clip_norm", "opt_adamw_weight_decay", "gradient_accumulation_steps",
+                "lora_alpha", "lora_rank", "train_samples", "eval_samples", "seed"):  # fmt: skip
+        assert key in keys, key
+    sizes = keys["lora_rank"]["value"], keys["train_samples"]["value"], keys["eval_samples"]["value"]
+    assert sizes == (16, 32, 6)
+    assert keys["opt_gradient_clip_norm"]["value"] == 0.3 and keys["opt_adamw_weight_decay"]["value"] == 1e-4
+    evals = [e for e in events if e["key"] == "eval_accuracy"]
+    # GBS 2, VAL_CHECK_INTERVAL 4: every 2 steps after (SKIP_EVALS + 1) x 2 = 4 steps: at 8, 12 samples
+    assert [e["metadata"]["samples_count"] for e in evals] == [8, 12]
+    assert evals[0]["value"] > 5.54 >= evals[1]["value"]
+    assert keys["run_stop"]["metadata"]["status"] == "success"
+    assert "LoRA rank 16" in keys["backend_lora"]["value"]
+    # MLCommons' checker on the log, its closed target (0.925) replaced by the run's logged one
+    compliant, messages = check_compliance(tmp_path / "result_1.txt", None, write_report=False)
+    assert compliant, messages
+
+
+def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(datadir, tmp_path):
+    rc, events, log = train(datadir, tmp_path, MAX_STEPS="8")
+    assert rc == 1, log[-3000:]
+    stop = next(e for e in events if e["key"] == "run_stop")
+    assert stop["metadata"] == {**stop["metadata"], "status": "aborted", "samples_count": 16}
+    assert [e["key"] for e in events].count("block_start") == [e["key"] for e in events].count("block_stop")
+
+
+def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    _, one, log1 = train(datadir, tmp_path / "one", MAX_STEPS="6")
+    _, two, log2 = train(datadir, tmp_path / "two", nproc=2, MAX_STEPS="6")
+    evals = [[e["value"] for e in run if e["key"] == "eval_accuracy"] for run in (one, two)]
+    assert len(evals[0]) == 2, log1[-2000:]
+    assert evals[0] == pytest.approx(evals[1], rel=1e-5), log2[-2000:]
+    backend = next(e["value"] for e in two if e["key"] == "backend_data_parallel")
+    assert backend.startswith("FSDP2 over 2 ranks")
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"MINIBS": None}, "MINIBS: required"),
+        ({"LR": "nan"}, "LR=nan must be a finite number > 0"),
+        ({"LORA_DROPOUT": "1.5"}, "LORA_DROPOUT=1.5 must be in [0, 1)"),
+        ({"MINIBS": "3", "MBS": "2"}, "MINIBS=3 is not a multiple of MBS=2"),
+        ({"ACL": "20"}, "ACL=20 needs ACTIVATION_CHECKPOINTING=1"),
+        ({"FP8_WEIGHTS": "1"}, "FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native"),
+        ({"WEIGHT_DECAY": "-1"}, "WEIGHT_DECAY=-1.0 must be >= 0"),
+        ({"INIT_CHECKPOINT": "latest"}, "INIT_CHECKPOINT='latest' is not one of model, none"),
+    ],
+)
+def test_config_errors_name_the_variable(env, needle):
+    merged = {**BASE, "DATADIR": "/data", **env}
+    with pytest.raises(ConfigError) as err:
+        LoraConfig.from_env({k: v for k, v in merged.items() if v is not None})
+    assert needle in str(err.value)
+
+
+def test_names_amd_and_nvidia_use_are_read_and_typos_are_named():
+    amd = {"SKIP_EVALS": "3", "VAL_CHECK_INTERVAL": "384", "MAX_SEQLEN": "8192", "TARGET": "0.925"}
+    cfg = LoraConfig.from_env({**BASE, "DATADIR": "/data", "MINIBS": "1", **amd})
+    assert (cfg.evals_skipped(8), cfg.eval_steps(8)) == (3, (192, 48))  # AMD: first eval at 1536 samples
+    assert cfg.global_batch_size(8) == 8 and cfg.deviations(True) == ["CPU_DEMO=1"]
+    default = LoraConfig.from_env({**BASE, "DATADIR": "/data", "SKIP_EVALS": "", "MINIBS": "1"})
+    assert default.evals_skipped(8) == 3 and default.evals_skipped(16) == 4  # floor(0.125 x GBS + 2)
+    with pytest.raises(
+        ConfigError, match="LORA_ALPA: not a variable of this benchmark .did you mean LORA_ALPHA"
+    ):
+        LoraConfig.from_env({**BASE, "DATADIR": "/data"}, ["LR", "LORA_ALPA"])
