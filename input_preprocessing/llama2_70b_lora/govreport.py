@@ -70,7 +70,7 @@ def read_parquet_rows(path: Path) -> list[dict]:
     return rows_from_columns(*columns, where=str(path))
 
 
-def convert(parquet: Path, npy: Path, rows: int, seq_length: int = SEQ_LENGTH) -> dict:
+def convert(parquet: Path, npy: Path, rows: int, seq_length: int) -> dict:
     """One split to `.npy`; the row count and row length checked first. Returns its meta entry."""
     data = read_parquet_rows(parquet)
     if len(data) != rows:
@@ -99,7 +99,7 @@ def prepare(data_dir: Path, download_root: Path, remote: list[hub.RemoteFile], t
     log(f"[data] parquet files verified (md5 {got}); converting to .npy")
     splits = {}
     for split, spec in SPLITS.items():
-        splits[split] = convert(staging / PARQUET[split], data_dir / spec["file"], spec["rows"])
+        splits[split] = convert(staging / PARQUET[split], data_dir / spec["file"], spec["rows"], SEQ_LENGTH)
         log(f"[data] {data_dir / spec['file']}: {spec['rows']} rows, {splits[split]['size']:,} bytes")
     got = layout.directory_md5(s["md5"] for s in splits.values())
     if got != NPY_DIR_MD5:

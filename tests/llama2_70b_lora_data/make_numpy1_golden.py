@@ -18,7 +18,7 @@ SHAPES = {"train": (5, 80), "validation": (60, 8)}  # > 255 bytes a row; > 255 m
 
 
 def columns(split: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(input_ids as int32, labels as int64 with -100 on a random prefix) of each row: the parquet's columns."""
+    """The parquet's columns: input_ids (int32) and labels (int64, -100 on a random prefix) of each row."""
     rows, length = SHAPES[split]
     rng = np.random.default_rng(len(split))
     ids = [rng.integers(0, 32000, length).astype(np.int32) for _ in range(rows)]

@@ -1,5 +1,5 @@
-"""The `.npy` layout: what `save_rows` writes is what a reader with `np.load(..., allow_pickle=True)` gets, keys
-and types as AMD's and NVIDIA's converters make them, byte for byte their numpy 1.x files, at their sizes."""
+"""The `.npy` layout: what `save_rows` writes is what `np.load(..., allow_pickle=True)` gives back, keys and
+types as AMD's and NVIDIA's converters make them, byte for byte their numpy 1.x files, at their sizes."""
 
 from __future__ import annotations
 
