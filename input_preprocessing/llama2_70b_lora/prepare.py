@@ -1,0 +1,116 @@
+"""Llama 2 70B LoRA data and model preparation (what `prepare_data.sh` runs in the llama70b image).
+
+    ./input_preprocessing/prepare_data.sh --outputdir /data               # GovReport + Llama 2 70B (HF_TOKEN)
+    ./input_preprocessing/prepare_data.sh --outputdir /data --sample --seq-len 256  # the CPU default's data
+
+Full: the MLCommons GovReport set from Hugging Face (the parquet revision AMD and NVIDIA pin, checked with
+AMD's md5) into OUTPUTDIR/data/{train,validation}.npy (checked with AMD's md5; NVIDIA's sizes), and the
+Llama 2 70B safetensors shards, config and tokenizer into OUTPUTDIR/model (each file checked against the
+Hub's size and sha256). About 139 GB; free space is checked first. Gated weights: export HF_TOKEN from an
+account that accepted Meta's licence at https://huggingface.co/meta-llama/Llama-2-70b-hf. Downloads resume;
+what is already there and verified is skipped (a re-run of a finished folder downloads nothing).
+Sample: see `sample.py`. Then: export DATADIR=OUTPUTDIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from input_preprocessing.bert.runtime import GIB, PrepError, check_free_disk, log, remove_stale_tmp
+from input_preprocessing.llama2_70b_lora import govreport, hub, layout, model, verify
+
+DISK_MARGIN = GIB
+
+
+def prepare_full(outputdir: Path, model_revision: str = "main", disk_check: bool = True) -> list[str]:
+    """Download, convert and check what is missing; returns the final check's problems."""
+    data_dir, model_dir = outputdir / "data", outputdir / "model"
+    remove_stale_tmp(data_dir)
+    meta = layout.read_meta(data_dir) if data_dir.is_dir() else None
+    if meta and meta.get("kind") != "mlperf":
+        raise PrepError(
+            f"{data_dir} holds the --sample data; choose another --outputdir for the MLCommons set"
+        )
+    expected = verify.mlperf_meta()
+    data_done = not verify.check_data(data_dir, expected, full=True)
+    model_done = not verify.check_model(model_dir, expected, full=False)
+    if data_done and model_done:
+        log(f"[prepare] {outputdir}: data and model already there and verified; nothing to download")
+        return verify.verify(outputdir)
+    token = hub.token()
+    if not model_done and not token:
+        raise PrepError(
+            f"HF_TOKEN is not set: the Llama 2 70B weights ({model.REPO_ID}) are gated. Accept Meta's "
+            f"licence at https://huggingface.co/{model.REPO_ID}, create a read token at "
+            "https://huggingface.co/settings/tokens and pass it: docker run -e HF_TOKEN=hf_... "
+            "(or export HF_TOKEN=hf_... before this command)"
+        )
+    need, data_remote, model_remote, model_sha = 0, [], [], ""
+    if not data_done:
+        _, data_remote = hub.list_files(
+            govreport.REPO_ID, "dataset", govreport.REVISION, list(govreport.PARQUET.values()), token
+        )
+        need += sum(f.size for f in data_remote) + sum(s["size"] for s in govreport.SPLITS.values())
+    if not model_done:
+        model_sha, model_remote = hub.list_files(
+            model.REPO_ID, "model", model_revision, model.PATTERNS, token
+        )
+        need += sum(f.size for f in model.remaining(model_dir, model_sha, model_remote))
+    if disk_check:
+        check_free_disk(outputdir, need + DISK_MARGIN, "the GovReport files and the Llama 2 70B safetensors")
+    if not data_done:
+        layout.write_meta(data_dir, govreport.prepare(data_dir, outputdir, data_remote, token))
+    if not model_done:
+        model.prepare(model_dir, model_sha, model_remote, token)
+    return verify.verify(outputdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="prepare_data.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--outputdir", type=Path, required=True, help="gets data/ and model/ (the run's DATADIR)"
+    )
+    parser.add_argument(
+        "--sample", action="store_true", help="the CPU default's data from the bundled excerpt"
+    )
+    parser.add_argument("--seq-len", type=int, help="--sample: tokens per packed row (default 8192)")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="--sample: a Hugging Face tokenizer folder (default: trained)"
+    )
+    parser.add_argument("--model-revision", default="main", help="the Llama 2 70B revision (default: main)")
+    parser.add_argument("--no-disk-check", action="store_true", help="skip the free-space check")
+    args = parser.parse_args(argv)
+    if not args.sample and (args.seq_len is not None or args.tokenizer is not None):
+        parser.error("--seq-len and --tokenizer go with --sample (the MLCommons set is fixed)")
+    outputdir = args.outputdir.resolve()
+    try:
+        if args.sample:
+            from input_preprocessing.llama2_70b_lora.sample import make_sample
+
+            meta = make_sample(outputdir, args.tokenizer, args.seq_len or 8192)
+            train, valid = meta["splits"]["train"], meta["splits"]["validation"]
+            log(
+                f"[sample] {outputdir}/data: train {train['rows']} rows ({train['sequences']} sequences), "
+                f"validation {valid['rows']} rows ({valid['sequences']}), {meta['seq_length']} tokens each, "
+                f"vocabulary {meta['vocab_size']}, {meta['seconds']} s"
+            )
+            problems = verify.verify(outputdir)
+        else:
+            problems = prepare_full(outputdir, args.model_revision, not args.no_disk_check)
+    except PrepError as err:
+        print(f"prepare_data.sh: error: {err}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"prepare_data.sh: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"prepare_data.sh: {outputdir} ready; export DATADIR={outputdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Check a prepared Llama 2 70B LoRA folder: DATADIR/data (the packed rows) and DATADIR/model.
+
+    python -m input_preprocessing.llama2_70b_lora.verify DATADIR [--full] [--preflight]
+
+DATADIR holds `data/` and `model/`, as AMD's `DATADIR=/data/mlperf_llama2`. What the files must be comes from
+`data/meta.json` (written by prepare_data.sh), or without one, the MLCommons GovReport set (3,901 and 173 rows
+of 8,192 tokens, NVIDIA's file sizes, Llama 2's 32,000 tokens), so files made by AMD's or NVIDIA's scripts
+check too.
+
+Fast (default, and `--preflight`, which the benchmark's preflight runs; seconds): `train.npy` and
+`validation.npy` have their sizes, `.npy` headers and row counts; every row has exactly `input_ids`,
+`loss_mask` and `seq_start_id`, `seq_length` tokens, loss_mask values in {0, 1} (and some 1s in each split),
+seq_start_id starting at 0, increasing and inside the row, token ids inside the vocabulary; the model folder
+has `tokenizer.json` of that vocabulary and, for the MLCommons set, `config.json` with Llama 2 70B's shape
+and every safetensors file its index lists, each as long as its own header says (a cut-off download shows)
+and holding the tensors the index puts in it, at the size `model/meta.json` recorded. `--full` adds the
+checksums: the `.npy` md5s (for the MLCommons set, AMD's), the shards' sha256 (minutes for 138 GB).
+Exit status 1 names every problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from input_preprocessing.llama2_70b_lora import govreport, layout, model
+
+MAX_ROW_PROBLEMS = 5  # per file; then a count
+MAX_SAFETENSORS_HEADER = 100 << 20
+
+
+def mlperf_meta() -> dict:
+    """What a folder without meta.json must hold: the MLCommons set."""
+    splits = {name: {**spec, "sequences": spec["rows"]} for name, spec in govreport.SPLITS.items()}
+    return {
+        "kind": "mlperf",
+        "vocab_size": govreport.VOCAB_SIZE,
+        "seq_length": govreport.SEQ_LENGTH,
+        "splits": splits,
+    }
+
+
+def row_problems(row: object, seq_length: int, vocab_size: int) -> list[str]:
+    if not isinstance(row, dict) or set(row) != set(layout.KEYS):
+        keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+        return [f"keys {keys}, expected {list(layout.KEYS)}"]
+    problems = []
+    ids, mask = np.asarray(row["input_ids"]), np.asarray(row["loss_mask"])
+    starts = np.asarray(row["seq_start_id"])
+    for name, value in (("input_ids", ids), ("loss_mask", mask)):
+        if value.shape != (seq_length,):
+            problems.append(f"{name} has shape {value.shape}, expected ({seq_length},)")
+    if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= vocab_size):
+        problems.append(
+            f"input_ids outside the vocabulary [0, {vocab_size}) (min {ids.min()}, max {ids.max()})"
+        )
+    if mask.size and not np.isin(mask, (0, 1)).all():
+        problems.append(
+            f"loss_mask holds values other than 0 and 1: {sorted(set(mask.tolist()) - {0, 1})[:5]}"
+        )
+    if starts.ndim != 1 or not starts.size or starts.dtype.kind not in "iu":
+        problems.append(f"seq_start_id is not a non-empty list of ints: {row['seq_start_id']!r}")
+    elif starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= seq_length:
+        problems.append(f"seq_start_id {starts.tolist()[:8]} is not increasing from 0 inside the row")
+    return problems
+
+
+def check_npy(path: Path, spec: dict, seq_length: int, vocab_size: int) -> list[str]:
+    """Problems with one split's file: presence, size, header, rows, every row."""
+    if not path.is_file():
+        return [f"missing: {path}"]
+    size = path.stat().st_size
+    if spec.get("size") is not None and size != spec["size"]:
+        return [f"{path}: {size:,} bytes, expected {spec['size']:,} (truncated or modified)"]
+    try:
+        shape, dtype, _ = layout.read_header(path)
+    except (ValueError, OSError) as err:
+        return [f"{path}: not a .npy file ({err})"]
+    if dtype != np.dtype(object) or shape != (spec["rows"],):
+        return [f"{path}: {dtype} array of shape {shape}, expected {spec['rows']} rows of packed sequences"]
+    try:
+        rows = layout.load_rows(path)
+    except (EOFError, pickle.UnpicklingError, ValueError, OSError) as err:
+        return [f"{path}: unreadable, truncated or corrupt ({type(err).__name__}: {err})"]
+    problems, bad, has_target = [], 0, False
+    for i, row in enumerate(rows):
+        found = row_problems(row, seq_length, vocab_size)
+        if found:
+            bad += 1
+            if bad <= MAX_ROW_PROBLEMS:
+                problems += [f"{path}: row {i}: {p}" for p in found]
+        elif not has_target:
+            has_target = any(row["loss_mask"])
+    if bad > MAX_ROW_PROBLEMS:
+        problems.append(f"{path}: {bad - MAX_ROW_PROBLEMS} more rows with problems")
+    if not bad and not has_target:
+        problems.append(f"{path}: no token has loss_mask 1 (nothing to learn or evaluate)")
+    return problems
+
+
+def check_data(data_dir: Path, meta: dict, full: bool) -> list[str]:
+    problems = []
+    for spec in meta["splits"].values():
+        problems += check_npy(data_dir / spec["file"], spec, meta["seq_length"], meta["vocab_size"])
+    if full and not problems:
+        md5s = {name: layout.md5_file(data_dir / spec["file"]) for name, spec in meta["splits"].items()}
+        for name, spec in meta["splits"].items():
+            if spec.get("md5") and md5s[name] != spec["md5"]:
+                problems.append(
+                    f"{data_dir / spec['file']}: checksum mismatch: md5 {md5s[name]}, "
+                    f"meta.json says {spec['md5']}"
+                )
+        combined = layout.directory_md5(md5s.values())
+        if meta["kind"] == "mlperf" and combined != govreport.NPY_DIR_MD5:
+            problems.append(
+                f"{data_dir}: checksum mismatch: the .npy files' md5 is {combined}, "
+                f"AMD's is {govreport.NPY_DIR_MD5}"
+            )
+    return problems
+
+
+def check_safetensors(path: Path) -> tuple[list[str], set[str]]:
+    """(problems, tensor names) from a safetensors file's header: the file must be as long as it says."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        length = int.from_bytes(raw, "little") if len(raw) == 8 else -1
+        if not 0 < length <= min(size - 8, MAX_SAFETENSORS_HEADER):
+            return [f"{path}: {size:,} bytes, not a complete safetensors file (truncated?)"], set()
+        try:
+            header = json.loads(f.read(length))
+            end = max(
+                (int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0
+            )
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            return [f"{path}: unreadable safetensors header ({err})"], set()
+    if size != 8 + length + end:
+        return [
+            f"{path}: {size:,} bytes, its header describes {8 + length + end:,} (truncated or modified)"
+        ], set()
+    return [], set(header) - {"__metadata__"}
+
+
+def check_weights(model_dir: Path, skip: set[str]) -> list[str]:
+    """Every safetensors file the index lists (or model.safetensors) is complete and holds its tensors;
+    files in `skip` already have a problem named."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError) as err:
+            return [f"{index}: unreadable ({err})"]
+    elif (model_dir / "model.safetensors").is_file():
+        weight_map = {}
+    else:
+        return [
+            f"{model_dir}: no safetensors weights (model.safetensors.index.json or model.safetensors); a "
+            "Hugging Face folder is read directly, a NeMo checkpoint (AMD's model_weights/) is not"
+        ]
+    files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
+    problems = []
+    for name in sorted(set(files) - skip):
+        path = model_dir / name
+        if not path.is_file():
+            problems.append(f"missing: {path} (listed in {index.name})")
+            continue
+        found, tensors = check_safetensors(path)
+        missing = sorted(t for t, f in weight_map.items() if f == name and t not in tensors)
+        if missing and not found:
+            found = [f"{path}: lacks {len(missing)} tensors the index puts there (first: {missing[0]})"]
+        problems += found
+    return problems
+
+
+def check_recorded(model_dir: Path, full: bool) -> dict[str, str]:
+    """{file: problem} for the files model/meta.json recorded at download: present at their size (and
+    sha256 with `full`)."""
+    problems = {}
+    for name, rec in model.read_meta(model_dir).get("files", {}).items():
+        path = model_dir / name
+        if not path.is_file():
+            problems[name] = f"missing: {path} (downloaded before, per {model.META})"
+        elif path.stat().st_size != rec["size"]:
+            size = path.stat().st_size
+            problems[name] = f"{path}: {size:,} bytes, the Hub's is {rec['size']:,} (truncated or modified)"
+        elif full and rec.get("sha256") and layout.sha256_file(path) != rec["sha256"]:
+            problems[name] = f"{path}: checksum mismatch: sha256 differs from the Hub's {rec['sha256']}"
+    return problems
+
+
+def check_model(model_dir: Path, meta: dict, full: bool) -> list[str]:
+    if not model_dir.is_dir():
+        return [f"missing: {model_dir} (the model folder: weights and tokenizer)"]
+    recorded = check_recorded(model_dir, full)
+    problems = list(recorded.values())
+    tokenizer = model_dir / "tokenizer.json"
+    if "tokenizer.json" in recorded:
+        pass
+    elif not tokenizer.is_file():
+        problems.append(f"missing: {tokenizer}")
+    else:
+        from tokenizers import Tokenizer
+
+        try:
+            vocab = Tokenizer.from_file(str(tokenizer)).get_vocab_size(with_added_tokens=True)
+        except Exception as err:  # noqa: BLE001 - tokenizers raises plain Exceptions for a bad file
+            vocab = None
+            problems.append(f"{tokenizer}: unreadable ({err})")
+        if vocab is not None and vocab != meta["vocab_size"]:
+            problems.append(f"{tokenizer}: {vocab} tokens, the data was made with {meta['vocab_size']}")
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        if meta["kind"] == "mlperf" and "config.json" not in recorded:
+            problems.append(f"missing: {config_path} (the Llama 2 70B weights are not there)")
+        return problems
+    try:
+        config = json.loads(config_path.read_text())
+    except ValueError as err:
+        return [*problems, f"{config_path}: unreadable ({err})"]
+    if meta["kind"] == "mlperf":
+        problems += [
+            f"{config_path}: {key} is {config.get(key)!r}, Llama 2 70B's is {value!r}"
+            for key, value in model.SHAPE.items()
+            if config.get(key) != value
+        ]
+    elif config.get("vocab_size", 0) < meta["vocab_size"]:
+        problems.append(
+            f"{config_path}: vocab_size {config.get('vocab_size')} < the data's {meta['vocab_size']}"
+        )
+    return problems + check_weights(model_dir, set(recorded))
+
+
+def verify(datadir: Path, full: bool = False) -> list[str]:
+    """Every problem with DATADIR (empty: fine)."""
+    data_dir = datadir / "data"
+    if not data_dir.is_dir():
+        hint = " (DATADIR is the folder holding data/ and model/)" if (datadir / "train.npy").exists() else ""
+        return [f"missing: {data_dir}{hint}"]
+    try:
+        meta = layout.read_meta(data_dir) or mlperf_meta()
+    except ValueError as err:
+        return [str(err)]
+    if meta["kind"] == "mlperf":
+        meta = {**meta, **mlperf_meta()}
+    return check_data(data_dir, meta, full) + check_model(datadir / "model", meta, full)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m input_preprocessing.llama2_70b_lora.verify",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("datadir", type=Path, help="the folder holding data/ and model/ (DATADIR)")
+    parser.add_argument(
+        "--full", action="store_true", help="also the checksums (the shards' sha256: minutes)"
+    )
+    parser.add_argument(
+        "--preflight", action="store_true", help="as the benchmark's preflight runs it (fast)"
+    )
+    args = parser.parse_args(argv)
+    problems = verify(args.datadir, args.full)
+    for problem in problems:
+        print(f"verify: {problem}", file=sys.stderr)
+    print(
+        f"verify: {args.datadir}: {'FAILED' if problems else 'OK'} ({'full' if args.full else 'fast'} check)"
+    )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""verify: a prepared folder passes; a truncated file, a wrong row count, a bad row, a missing or cut-off
+shard, a wrong model shape and a changed byte (--full) are each named; exit status 1 on the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from input_preprocessing.llama2_70b_lora import layout, verify
+from tests.llama2_70b_lora_data.conftest import word_tokenizer, write_fake_model
+
+SEQ, VOCAB = 8, 50
+
+
+def good_rows(n: int) -> list[dict]:
+    tokens = (np.arange(n * SEQ) % VOCAB).astype(np.int32).reshape(n, SEQ)
+    return [layout.make_row(tokens[i], [0, 0, 1, 1, 0, 1, 1, 0], [0, 4]) for i in range(n)]
+
+
+def write_split(folder, split, rows, meta) -> None:
+    path = folder / "data" / f"{split}.npy"
+    size = layout.save_rows(path, rows)
+    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": layout.md5_file(path)}
+    layout.write_meta(folder / "data", meta)
+
+
+@pytest.fixture
+def sample_dir(tmp_path):
+    """A small prepared --sample folder: 4 + 2 rows of 8 tokens, a 50-token tokenizer."""
+    meta = {"kind": "sample", "vocab_size": VOCAB, "seq_length": SEQ, "splits": {}}
+    for split, n in (("train", 4), ("validation", 2)):
+        write_split(tmp_path, split, good_rows(n), meta)
+    word_tokenizer(tmp_path / "model", VOCAB)
+    return tmp_path
+
+
+def set_meta(folder, **changes) -> None:
+    meta = layout.read_meta(folder / "data")
+    for key, value in changes.items():
+        split, field = key.split("__")
+        meta["splits"][split][field] = value
+    (folder / "data" / layout.META).write_text(json.dumps(meta))
+
+
+def test_a_good_folder_passes_fast_and_full(sample_dir, capsys):
+    assert verify.verify(sample_dir) == [] and verify.verify(sample_dir, full=True) == []
+    assert verify.main([str(sample_dir), "--preflight"]) == 0
+    assert "OK (fast check)" in capsys.readouterr().out
+
+
+def test_a_truncated_file_is_caught(sample_dir, capsys):
+    path = sample_dir / "data" / "train.npy"
+    path.write_bytes(path.read_bytes()[:-40])
+    assert verify.verify(sample_dir) == [f"{path}: {path.stat().st_size:,} bytes, expected "
+                                        f"{path.stat().st_size + 40:,} (truncated or modified)"]  # fmt: skip
+    assert verify.main([str(sample_dir), "--preflight"]) == 1
+    assert "truncated" in capsys.readouterr().err
+    set_meta(sample_dir, train__size=None)  # without a recorded size, unpickling catches it
+    (problem,) = verify.verify(sample_dir)
+    assert problem.startswith(f"{path}: unreadable, truncated or corrupt")
+
+
+def test_a_wrong_row_count_is_named(sample_dir):
+    set_meta(sample_dir, validation__rows=173)
+    (problem,) = verify.verify(sample_dir)
+    assert "validation.npy: object array of shape (2,), expected 173 rows" in problem
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"loss_mask": [0, 2, 1, 1, 0, 1, 1, 0]}, "row 1: loss_mask holds values other than 0 and 1: [2]"),
+        ({"seq_start_id": [0, 9]}, "row 1: seq_start_id [0, 9] is not increasing from 0 inside the row"),
+        ({"seq_start_id": [3, 1]}, "row 1: seq_start_id [3, 1] is not increasing from 0 inside the row"),
+        ({"input_ids": np.full(SEQ, VOCAB, np.int32)}, "row 1: input_ids outside the vocabulary [0, 50)"),
+        ({"input_ids": np.zeros(SEQ + 1, np.int32)}, "row 1: input_ids has shape (9,), expected (8,)"),
+        ({"extra": 1}, "row 1: keys ['extra', 'input_ids', 'loss_mask', 'seq_start_id']"),
+    ],
+)
+def test_a_bad_row_is_named(sample_dir, change, message):
+    rows = good_rows(4)
+    rows[1] = {**rows[1], **change}
+    write_split(sample_dir, "train", rows, layout.read_meta(sample_dir / "data"))
+    problems = verify.verify(sample_dir)
+    assert len(problems) == 1 and message in problems[0], problems
+
+
+def test_many_bad_rows_are_counted_and_no_targets_is_a_problem(sample_dir):
+    rows = [{**r, "loss_mask": [3] * SEQ} for r in good_rows(8)]
+    write_split(sample_dir, "train", rows, layout.read_meta(sample_dir / "data"))
+    problems = verify.verify(sample_dir)
+    assert len(problems) == verify.MAX_ROW_PROBLEMS + 1 and problems[-1].endswith("3 more rows with problems")
+    rows = [{**r, "loss_mask": [0] * SEQ} for r in good_rows(2)]
+    write_split(sample_dir, "validation", rows, layout.read_meta(sample_dir / "data"))
+    assert any("validation.npy: no token has loss_mask 1" in p for p in verify.verify(sample_dir))
+
+
+def test_full_catches_a_changed_byte_of_the_same_size(sample_dir):
+    path = sample_dir / "data" / "train.npy"
+    data = bytearray(path.read_bytes())
+    at = bytes(data).find(np.arange(SEQ, dtype=np.int32).tobytes())
+    data[at] = 7  # token 0 -> 7: still a valid file of the same size
+    path.write_bytes(bytes(data))
+    assert verify.verify(sample_dir) == []
+    (problem,) = verify.verify(sample_dir, full=True)
+    assert problem.startswith(f"{path}: checksum mismatch: md5")
+
+
+def test_the_tokenizer_must_match_the_data(sample_dir):
+    word_tokenizer(sample_dir / "model", 60)
+    assert verify.verify(sample_dir) == [
+        f"{sample_dir / 'model' / 'tokenizer.json'}: 60 tokens, the data was made with 50"
+    ]
+
+
+def test_datadir_is_the_folder_above_data(sample_dir):
+    (problem,) = verify.verify(sample_dir / "data")
+    assert "DATADIR is the folder holding data/ and model/" in problem
+
+
+@pytest.fixture
+def mlperf_dir(world, tmp_path):
+    """The stand-in MLCommons set without meta.json (as AMD's scripts leave it) and a Llama 2 70B folder."""
+    folder = tmp_path / "mlperf"
+    for split, rows in world.rows.items():
+        layout.save_rows(folder / "data" / f"{split}.npy", rows)
+    write_fake_model(folder / "model")
+    return folder
+
+
+def test_the_mlcommons_set_without_meta_json(mlperf_dir):
+    assert verify.verify(mlperf_dir, full=True) == []  # sizes, rows and AMD's checksum from the constants
+    path = mlperf_dir / "data" / "validation.npy"
+    path.write_bytes(path.read_bytes()[:-1])
+    (problem,) = verify.verify(mlperf_dir)
+    assert problem.startswith(f"{path}: ") and "(truncated or modified)" in problem
+
+
+def test_a_missing_or_cut_off_shard_is_named(mlperf_dir):
+    shard = mlperf_dir / "model" / "model-00002-of-00002.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-2])
+    assert verify.verify(mlperf_dir) == [
+        f"{shard}: {len(data) - 2:,} bytes, its header describes {len(data):,} (truncated or modified)"
+    ]
+    shard.unlink()
+    assert verify.verify(mlperf_dir) == [f"missing: {shard} (listed in model.safetensors.index.json)"]
+    index = mlperf_dir / "model" / "model.safetensors.index.json"
+    (mlperf_dir / "model" / "model-00001-of-00002.safetensors").rename(shard)
+    problems = verify.verify(mlperf_dir)
+    assert any("lacks 1 tensors the index puts there (first: c)" in p for p in problems), problems
+    index.unlink()
+    assert "no safetensors weights" in verify.verify(mlperf_dir)[0]
+
+
+def test_the_model_must_be_llama_2_70b(mlperf_dir):
+    write_fake_model(mlperf_dir / "model", num_hidden_layers=2)
+    assert verify.verify(mlperf_dir) == [
+        f"{mlperf_dir / 'model' / 'config.json'}: num_hidden_layers is 2, Llama 2 70B's is 80"
+    ]
+    shutil.rmtree(mlperf_dir / "model")
+    assert verify.verify(mlperf_dir) == [
+        f"missing: {mlperf_dir / 'model'} (the model folder: weights and tokenizer)"
+    ]
+
+
+def test_sizes_recorded_at_download_are_checked(mlperf_dir):
+    from input_preprocessing.llama2_70b_lora import model
+
+    shard = mlperf_dir / "model" / "model-00001-of-00002.safetensors"
+    meta = {"revision": "abc", "files": {shard.name: {"size": shard.stat().st_size + 1, "sha256": "0" * 64}}}
+    (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
+    (problem,) = verify.verify(mlperf_dir)
+    assert problem.startswith(f"{shard}: {shard.stat().st_size:,} bytes, the Hub's is")
+    meta["files"][shard.name]["size"] -= 1
+    (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
+    assert verify.verify(mlperf_dir) == []
+    assert verify.verify(mlperf_dir, full=True) == [
+        f"{shard}: checksum mismatch: sha256 differs from the Hub's {'0' * 64}"
+    ]
