@@ -83,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model-revision", default="main", help="the Llama 2 70B revision (default: main)")
     parser.add_argument("--no-disk-check", action="store_true", help="skip the free-space check")
+    parser.add_argument(
+        "--base-steps", type=int, default=300,
+        help="--sample: pretraining steps of the tiny base model written to model/ (0: none)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.base_steps < 0:
+        parser.error(f"--base-steps {args.base_steps}: expected a count >= 0")
     if not args.sample and (args.seq_len is not None or args.tokenizer is not None):
         parser.error("--seq-len and --tokenizer go with --sample (the MLCommons set is fixed)")
     outputdir = args.outputdir.resolve()
@@ -98,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"validation {valid['rows']} rows ({valid['sequences']}), {meta['seq_length']} tokens each, "
                 f"vocabulary {meta['vocab_size']}, {meta['seconds']} s"
             )
+            if args.base_steps:  # the base model the CPU default fine-tunes (a minute on one core)
+                from input_preprocessing.llama2_70b_lora.sample_model import make_base_model
+
+                make_base_model(outputdir, args.base_steps)
             problems = verify.verify(outputdir)
         else:
             problems = prepare_full(outputdir, args.model_revision, not args.no_disk_check)
