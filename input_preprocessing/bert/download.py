@@ -238,7 +238,11 @@ def place_dataset(root: Path, dataset: str, folder: Path, verified: Verified) ->
     remove the rest; returns how many files were placed."""
     listing = folder / f"{dataset}.md5"
     entries = parse_md5_list(listing.read_text(), str(listing))
-    wanted = [(md5, rel, dest) for md5, rel in entries if (dest := destination(rel))]
+    first = {}  # destination -> (md5, rel); a name listed twice: the first one, as the listing orders them
+    for md5, rel in entries:
+        if (dest := destination(rel)) and dest not in first:
+            first[dest] = (md5, rel)
+    wanted = [(md5, rel, dest) for dest, (md5, rel) in first.items()]
     for md5, rel, dest in wanted:
         published = PUBLISHED_MD5.get(Path(dest).name)
         if published and md5 != published:
