@@ -1,46 +1,49 @@
-"""Download MLCommons' BERT inputs, resumably, each file checked against its published MD5.
+"""Download MLCommons' BERT inputs with MLCommons' R2 downloader and check them against the published MD5s.
 
-Two mirrors publish the same files:
-- `mlcommons` (default): MLCommons' Cloudflare R2 bucket, the current official source. A dataset is named by
-  `<metadata>/<name>.uri` (a text file holding the dataset's base URL) and `<metadata>/<name>.md5` (one
-  `md5  relative/path` line per file), as read by MLCommons' `mlc-r2-downloader.sh`. We use
-  `bert-input-files` (bert_config.json, vocab.txt, tf1_ckpt/model.ckpt-28252.*) and
-  `bert-preprocessed-wikipedia-dataset` (the 500 text parts and eval.txt).
-- `gdrive`: the Google Drive files NVIDIA's `prepare_data.sh` fetches (the text as `results_text.tar.gz` with
-  its md5 list `bert_reference_results_text_md5.txt`).
-On top of the mirror's own checksums, the MD5s that MLCommons publishes in the BERT reference's
-`dataset.md` are pinned below: a mirror that disagrees with them is reported as "upstream changed".
+MLCommons publishes the inputs as two datasets of its Cloudflare R2 bucket, each fetched whole by its
+`mlc-r2-downloader.sh` (the command MLCommons' BERT README and the Llama preparation use: `-d DIR <name>.uri`;
+wget --continue, so a rerun resumes; then every file is checked against the dataset's MD5 list):
+- `bert-input-files`: bert_config.json, vocab.txt, tf1_ckpt/model.ckpt-28252.*, and what the pipeline does not
+  use (per MLCommons' README, the TF2 checkpoint, 1.3 GB, and the Wikipedia dump the text came from, 17.8 GB);
+- `bert-preprocessed-wikipedia-dataset`: the 500 text parts and eval.txt.
+Each goes to `download/<dataset>/`. On top of the downloader's own check, the listed MD5s of the files we use
+are compared with the ones MLCommons published in the BERT reference's `dataset.md` (pinned below): a
+disagreement is reported as "upstream changed". The files we use are then moved to `phase1/` and
+`download/results4/` and the dataset folder is removed (with it the files we do not use).
 
-Layout: `phase1/{bert_config.json,vocab.txt,model.ckpt-28252.*}` and `download/results4/{part-*,eval.txt}`.
-A file is fetched to `NAME.part` (resumed with an HTTP Range request after an interruption), checked, then
-renamed; a file that fails its check is moved to `NAME.corrupt` and the run stops with both checksums.
-Verified files are remembered (size, mtime, md5) in `.prep/verified.json` and not hashed again.
+The downloader's own output (wget's, per file) goes to `.prep/download-<dataset>.log`; the user sees one
+progress line per dataset instead, in bytes: the bytes written under the dataset folder against the total of
+the file sizes wget announces (`Length:`), estimated from their mean for files not started yet.
+
+A dataset whose files are already in place and check out is not downloaded again. Verified files are
+remembered (size, mtime, md5) in `.prep/verified.json` and not hashed again.
 """
 
 import hashlib
-import http.client
 import json
 import os
 import re
 import shutil
-import tarfile
+import subprocess
+import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
-from .runtime import PrepError, Progress, log, write_json_atomic
+from .runtime import ByteProgress, PrepError, log, write_json_atomic
 
+R2_DOWNLOADER_URL = (
+    "https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh"
+)
 MLCOMMONS_METADATA = "https://training.mlcommons-storage.org/metadata"
 INPUT_DATASET = "bert-input-files"
 TEXT_DATASET = "bert-preprocessed-wikipedia-dataset"
-GDRIVE_URL = "https://drive.usercontent.google.com/download?id={}&export=download&confirm=t"
 CHECKPOINT = "model.ckpt-28252"
 TEXT_DIR = "download/results4"
 TEXT_PARTS = 500
+PHASE1_FILES = ("bert_config.json", "vocab.txt", f"{CHECKPOINT}.index", f"{CHECKPOINT}.data-00000-of-00001")
 
 # MD5s and sizes published by MLCommons (mlcommons/training, BERT reference dataset.md).
 PUBLISHED_MD5 = {
@@ -59,31 +62,17 @@ PUBLISHED_MD5 = {
 }
 PUBLISHED_BYTES = {f"{CHECKPOINT}.data-00000-of-00001": 4_034_713_312, "eval.txt": 32_851_144}
 TEXT_BYTES_ESTIMATE = 13_100_000_000  # the 500 parts (about 26.2 MB each)
-
-GDRIVE_FILES = {
-    "phase1/bert_config.json": "1fbGClQMi2CoMv7fwrwTC5YYPooQBdcFW",
-    "phase1/vocab.txt": "1USK108J6hMM_d27xCHi738qBL8_BT1u1",
-    "download/bert_reference_results_text_md5.txt": "1tmMgLwoBvbEJEHXh77sqrXYw5RpqT8R_",
-    "download/results_text.tar.gz": "14xV2OUGSQDG_yDBrmbSdcDC-QGeqpfs_",
-    f"phase1/{CHECKPOINT}.data-00000-of-00001": "1chiTBljF0Eh1U5pKs6ureVHgSbtU8OG_",
-    f"phase1/{CHECKPOINT}.index": "1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0",
-    f"phase1/{CHECKPOINT}.meta": "1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv",
-}
+# The whole bert-input-files dataset as MLCommons' README lists it (TF1 and TF2 checkpoints, the Wikipedia
+# dump, config, vocabulary): downloaded at once, before the unused part is removed.
+INPUT_DATASET_BYTES = 23_160_000_000
 
 _PART = re.compile(r"part-\d{5}-of-(\d{5})")
-_ARCHIVE = re.compile(r".*\.(tar\.gz|tgz|tar)")
-_USER_AGENT = "mlperf-repro-bert-prep/1"
+_LENGTH = re.compile(rb"Length: (\d+)")
+_FAILED = re.compile(r"^(.+): FAILED", re.MULTILINE)
 
 
 class ChecksumError(PrepError):
     pass
-
-
-@dataclass(frozen=True)
-class Remote:
-    url: str
-    dest: str  # relative to the output folder
-    md5: str | None
 
 
 def md5_file(path: Path) -> str:
@@ -118,97 +107,8 @@ class Verified:
         write_json_atomic(self.path, self.entries)
 
 
-def _open(url: str, timeout: float, headers: dict | None = None):
-    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, **(headers or {})})
-    resp = urllib.request.urlopen(req, timeout=timeout)
-    host = urllib.parse.urlparse(resp.geturl()).hostname or ""
-    if host.endswith("cloudflareaccess.com"):
-        resp.close()
-        raise PrepError(
-            f"{url} asks for an MLCommons login (Cloudflare Access). Fetch the files with MLCommons' "
-            f"mlc-r2-downloader.sh into <outputdir>/phase1 and <outputdir>/{TEXT_DIR}, "
-            "then rerun with --skip-download"
-        )
-    return resp
-
-
-def fetch_text(url: str, retries: int = 5, timeout: float = 60) -> str:
-    for attempt in range(retries):
-        try:
-            with _open(url, timeout) as resp:
-                return resp.read().decode("utf-8")
-        except urllib.error.HTTPError as e:
-            raise PrepError(f"{url}: HTTP {e.code} {e.reason}") from e
-        except (OSError, http.client.HTTPException) as e:
-            if attempt == retries - 1:
-                raise PrepError(f"{url}: {e} (after {retries} tries)") from e
-            time.sleep(min(30, 2**attempt))
-    raise AssertionError("unreachable")
-
-
-def _fetch_once(url: str, part: Path, timeout: float) -> None:
-    have = part.stat().st_size if part.exists() else 0
-    if url.startswith("file:"):
-        src = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
-        with open(src, "rb") as fin, open(part, "ab") as fout:
-            fin.seek(have)
-            shutil.copyfileobj(fin, fout, 1 << 22)
-        return
-    try:
-        resp = _open(url, timeout, {"Range": f"bytes={have}-"} if have else None)
-    except urllib.error.HTTPError as e:
-        if e.code == 416 and have:  # nothing left to send: the partial file is complete
-            return
-        raise
-    with resp:
-        if have and resp.status != 206:  # the server ignored the range: start over
-            have = 0
-        expected = resp.headers.get("Content-Length")
-        received = 0
-        with open(part, "ab" if have else "wb") as f:
-            while chunk := resp.read(1 << 22):
-                f.write(chunk)
-                received += len(chunk)
-        if expected is not None and received < int(expected):
-            raise http.client.IncompleteRead(b"", int(expected) - received)
-
-
-def fetch(url: str, dest: Path, md5: str | None, retries: int = 6, timeout: float = 60) -> str:
-    """Download `url` to `dest` (resuming `dest.part`), check `md5` when given; returns the file's md5."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    for attempt in range(retries):
-        try:
-            _fetch_once(url, part, timeout)
-            break
-        except urllib.error.HTTPError as e:
-            if e.code < 500:
-                raise PrepError(f"{url}: HTTP {e.code} {e.reason} (for {dest})") from e
-            error: Exception = e
-        except (OSError, http.client.HTTPException) as e:
-            error = e
-        if attempt == retries - 1:
-            raise PrepError(
-                f"download of {url} to {dest} failed after {retries} tries: {error}; run again to resume"
-            )
-        log(f"[download] {dest.name}: {error}; resuming (try {attempt + 2} of {retries})")
-        time.sleep(min(30, 2**attempt))
-    digest = md5_file(part)
-    if md5 and digest != md5:
-        corrupt = dest.with_name(dest.name + ".corrupt")
-        os.replace(part, corrupt)
-        with open(corrupt, "rb") as f:
-            looks_html = f.read(512).lstrip().lower().startswith((b"<!doctype html", b"<html"))
-        hint = " (the server sent a web page, not the file: quota or access problem)" if looks_html else ""
-        raise ChecksumError(
-            f"{dest}: md5 {digest} does not match the published {md5}{hint}; the download was moved to "
-            f"{corrupt.name}; run again to download it afresh"
-        )
-    os.replace(part, dest)
-    return digest
-
-
-def _parse_md5_list(text: str, source: str) -> list[tuple[str, str]]:
+def parse_md5_list(text: str, source: str) -> list[tuple[str, str]]:
+    """(md5, relative path) of each line of an `md5sum` listing."""
     out = []
     for line in text.splitlines():
         if not line.strip():
@@ -220,8 +120,8 @@ def _parse_md5_list(text: str, source: str) -> list[tuple[str, str]]:
     return out
 
 
-def _dest_for(rel: str) -> str | None:
-    """Where a file of an MLCommons dataset goes, or None if the pipeline does not need it."""
+def destination(rel: str) -> str | None:
+    """Where a file of MLCommons' datasets goes, or None if the pipeline does not use it."""
     parts = rel.split("/")
     base = parts[-1]
     if base in ("bert_config.json", "vocab.txt") and not any("tf2" in p for p in parts):
@@ -230,87 +130,144 @@ def _dest_for(rel: str) -> str | None:
         return f"phase1/{base}"
     if _PART.fullmatch(base) or base == "eval.txt":
         return f"{TEXT_DIR}/{base}"
-    if _ARCHIVE.fullmatch(base) or base.endswith("md5.txt"):
-        return f"download/{base}"
     return None
 
 
-def mlcommons_files(metadata_url: str) -> list[Remote]:
-    """The files to fetch from MLCommons' R2 bucket, with their checksums, from the datasets' metadata."""
-    remotes: list[Remote] = []
-    for dataset in (INPUT_DATASET, TEXT_DATASET):
-        base = fetch_text(f"{metadata_url}/{dataset}.uri").strip().rstrip("/")
-        listing = _parse_md5_list(
-            fetch_text(f"{metadata_url}/{dataset}.md5"), f"{metadata_url}/{dataset}.md5"
+def _needed_present(root: Path, dataset: str, verified: Verified) -> bool:
+    """Whether the dataset's files that the pipeline uses are in place and match the published MD5s."""
+    if dataset == INPUT_DATASET:
+        rels = [f"phase1/{n}" for n in PHASE1_FILES]
+    else:
+        parts = sorted((root / TEXT_DIR).glob("part-*-of-*")) if (root / TEXT_DIR).is_dir() else []
+        n = int(_PART.fullmatch(parts[0].name).group(1)) if parts else TEXT_PARTS
+        rels = [f"{TEXT_DIR}/eval.txt"] + [f"{TEXT_DIR}/part-{k:05d}-of-{n:05d}" for k in range(n)]
+    if not all((root / rel).is_file() for rel in rels):
+        return False
+    # Files are moved into place only after the downloader's check: the pinned MD5s are what is left to check.
+    return all(
+        verified.md5(rel) == PUBLISHED_MD5[Path(rel).name] for rel in rels if Path(rel).name in PUBLISHED_MD5
+    )
+
+
+def fetch_r2_downloader(dest: Path, url: str = R2_DOWNLOADER_URL) -> Path:
+    """MLCommons' downloader script, fetched to `dest` (a failed fetch stops here, not in bash)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            dest.write_bytes(resp.read())
+    except (OSError, urllib.error.URLError) as e:
+        raise PrepError(
+            f"could not fetch MLCommons' R2 downloader from {url}: {e}; "
+            "set R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh to use a local copy"
+        ) from e
+    return dest
+
+
+def _read_output(pipe: BinaryIO, log_file: BinaryIO, lengths: list[int]) -> None:
+    """Copy the downloader's output to its log, collecting the file sizes wget announces."""
+    pending = b""
+    while chunk := pipe.read1(1 << 16):
+        log_file.write(chunk)
+        pending += chunk
+        *lines, pending = re.split(rb"[\r\n]", pending)
+        lengths.extend(int(m.group(1)) for line in lines if (m := _LENGTH.search(line)))
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _estimated_total(listed: int, lengths: list[int]) -> tuple[int, bool]:
+    """Total bytes of a dataset: the announced sizes, plus their mean for each file not started yet."""
+    known = list(lengths)
+    if not known:
+        return 0, False
+    unknown = max(0, listed - len(known))
+    return sum(known) + unknown * sum(known) // len(known), unknown == 0
+
+
+def run_r2_downloader(
+    script: Path,
+    uri: str,
+    folder: Path,
+    log_path: Path,
+    stream: TextIO | None = None,
+    poll_seconds: float = 1.0,
+    log_every: float = 30.0,
+) -> None:
+    """`bash script -d folder uri`, its output to `log_path`, a byte progress line to `stream` (stderr)."""
+    name = Path(uri).name.removesuffix(".uri")
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    progress = ByteProgress(f"download {name}", _bytes_under(folder), stream, log_every)
+    lengths: list[int] = []
+    env = {**os.environ, "LC_ALL": "C"}  # wget's messages in English: its `Length:` lines are parsed
+    cmd = ["bash", str(script), "-d", str(folder), uri]
+    with (
+        open(log_path, "ab") as log_file,
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        ) as proc,
+    ):
+        reader = threading.Thread(target=_read_output, args=(proc.stdout, log_file, lengths), daemon=True)
+        reader.start()
+        while proc.poll() is None:
+            time.sleep(poll_seconds)
+            listing = folder / f"{name}.md5"
+            listed = len(listing.read_text().splitlines()) if listing.is_file() else 0
+            progress.update(_bytes_under(folder), *_estimated_total(listed, lengths))
+        reader.join()
+    progress.done = _bytes_under(folder)
+    progress.finish(complete=proc.returncode == 0)
+    if proc.returncode != 0:
+        output = log_path.read_bytes()[-200_000:].decode("utf-8", "replace").replace("\r", "\n")
+        failed = _FAILED.findall(output)
+        for rel in failed:  # a complete but wrong file would be kept by wget --continue: set it aside
+            if (folder / rel).is_file():
+                os.replace(folder / rel, folder / f"{rel}.corrupt")
+        tail = "\n    ".join([line for line in output.splitlines() if line.strip()][-12:])
+        what = f": {len(failed)} file(s) failed their md5 check, renamed *.corrupt" if failed else ""
+        raise PrepError(
+            f"MLCommons' R2 downloader failed for {name} (exit {proc.returncode}){what}; run again to "
+            f"resume. Its last lines (all of them in {log_path}):\n    {tail}"
         )
-        for md5, rel in listing:
-            dest = _dest_for(rel)
-            if dest and dest not in {r.dest for r in remotes}:
-                remotes.append(Remote(f"{base}/{urllib.parse.quote(rel)}", dest, md5))
-    return remotes
 
 
-def gdrive_files() -> list[Remote]:
-    return [
-        Remote(GDRIVE_URL.format(fid), dest, PUBLISHED_MD5.get(Path(dest).name))
-        for dest, fid in GDRIVE_FILES.items()
-    ]
-
-
-def _check_against_published(remotes: list[Remote], source: str) -> None:
-    for r in remotes:
-        published = PUBLISHED_MD5.get(Path(r.dest).name)
-        if published and r.md5 and r.md5 != published:
+def place_dataset(root: Path, dataset: str, folder: Path, verified: Verified) -> int:
+    """Check a downloaded dataset's listing against the published MD5s, move the files we use into place and
+    remove the rest; returns how many files were placed."""
+    listing = folder / f"{dataset}.md5"
+    entries = parse_md5_list(listing.read_text(), str(listing))
+    first = {}  # destination -> (md5, rel); a name listed twice: the first one, as the listing orders them
+    for md5, rel in entries:
+        if (dest := destination(rel)) and dest not in first:
+            first[dest] = (md5, rel)
+    wanted = [(md5, rel, dest) for dest, (md5, rel) in first.items()]
+    for md5, rel, dest in wanted:
+        published = PUBLISHED_MD5.get(Path(dest).name)
+        if published and md5 != published:
             raise PrepError(
-                f"upstream changed: {source} lists md5 {r.md5} for {r.dest}, MLCommons published "
-                f"{published}; the data set is not the one MLPerf results were produced with"
+                f"upstream changed: {dataset} lists md5 {md5} for {rel}, MLCommons published {published}; "
+                "the data set is not the one MLPerf results were produced with"
             )
-    dests = {r.dest for r in remotes}
-    needed = [f"phase1/{n}" for n in ("bert_config.json", "vocab.txt", f"{CHECKPOINT}.index")]
-    needed.append(f"phase1/{CHECKPOINT}.data-00000-of-00001")
-    has_text = f"{TEXT_DIR}/eval.txt" in dests or any(_ARCHIVE.fullmatch(Path(d).name) for d in dests)
-    missing = [n for n in needed if n not in dests] + ([] if has_text else [f"{TEXT_DIR}/*"])
+    expected = [f"phase1/{n}" for n in PHASE1_FILES] if dataset == INPUT_DATASET else [f"{TEXT_DIR}/eval.txt"]
+    missing = sorted(set(expected) - {dest for _, _, dest in wanted})
+    if dataset == TEXT_DATASET and not any(_PART.fullmatch(Path(d).name) for _, _, d in wanted):
+        missing.append(f"{TEXT_DIR}/part-*")
     if missing:
-        raise PrepError(f"{source} does not list: {', '.join(missing)}")
-
-
-def _extract_text_archives(root: Path, verified: Verified) -> None:
-    """Unpack a text archive (Drive layout: results4/ inside) into download/, then check it against the md5
-    list that comes with it."""
-    download = root / "download"
-    for archive in sorted(p for p in download.iterdir() if _ARCHIVE.fullmatch(p.name)):
-        marker = root / ".prep" / f"extracted-{archive.name}"
-        if marker.exists():
-            continue
-        log(f"[download] unpacking {archive.name}")
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                target = (download / member.name).resolve()
-                if not target.is_relative_to(download.resolve()) or member.issym() or member.islnk():
-                    raise PrepError(
-                        f"{archive}: refusing member {member.name!r} (outside download/ or a link)"
-                    )
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.12 and patched 3.10/3.11
-                tar.extractall(download, filter="data")
-            else:
-                tar.extractall(download)
-        marker.write_text("done\n")
-    for md5_list in sorted(download.glob("*md5.txt")):
-        text_dir = root / TEXT_DIR
-        for md5, name in _parse_md5_list(md5_list.read_text(), str(md5_list)):
-            rel = f"{TEXT_DIR}/{Path(name).name}"
-            if not (root / rel).exists():
-                raise PrepError(f"{md5_list.name} lists {name}, missing from {text_dir}")
-            got = verified.md5(rel)
-            if got != md5:
-                raise ChecksumError(f"{root / rel}: md5 {got} does not match {md5} from {md5_list.name}")
+        raise PrepError(f"{listing} lists no {', '.join(missing)}")
+    for md5, rel, dest in wanted:
+        (root / dest).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder / rel, root / dest)
+        verified.record(dest, md5)  # checked by the downloader against the listing
+    shutil.rmtree(folder)
+    return len(wanted)
 
 
 def check_inputs(root: Path, verified: Verified | None = None) -> dict:
     """Check that the downloaded inputs are all there and match the published MD5s (for --skip-download)."""
     verified = verified or Verified(root)
-    phase1 = [f"phase1/{n}" for n in ("bert_config.json", "vocab.txt", f"{CHECKPOINT}.index")]
-    phase1.append(f"phase1/{CHECKPOINT}.data-00000-of-00001")
+    phase1 = [f"phase1/{n}" for n in PHASE1_FILES]
     # The part count is in the names (part-00000-of-00500); MLCommons' text has 500 parts.
     found = sorted((root / TEXT_DIR).glob("part-*-of-*")) if (root / TEXT_DIR).is_dir() else []
     n_parts = int(_PART.fullmatch(found[0].name).group(1)) if found else TEXT_PARTS
@@ -331,35 +288,19 @@ def check_inputs(root: Path, verified: Verified | None = None) -> dict:
 
 
 def download_inputs(
-    root: Path, mirror: str, metadata_url: str = MLCOMMONS_METADATA, threads: int = 4
+    root: Path, metadata_url: str = MLCOMMONS_METADATA, downloader: Path | None = None
 ) -> dict:
-    """Fetch whatever is missing, check everything, unpack a text archive; returns input statistics."""
-    if mirror == "mlcommons":
-        remotes = mlcommons_files(metadata_url)
-        source = f"{metadata_url} ({INPUT_DATASET}, {TEXT_DATASET})"
-    elif mirror == "gdrive":
-        remotes, source = gdrive_files(), "Google Drive (NVIDIA's file ids)"
-    else:
-        raise PrepError(f"--mirror {mirror}: expected mlcommons or gdrive")
-    _check_against_published(remotes, source)
+    """Fetch the datasets whose files are not in place yet, check and place them; returns input statistics."""
     verified = Verified(root)
-    todo = []
-    for r in remotes:
-        if (root / r.dest).exists() and (r.md5 is None or verified.md5(r.dest) == r.md5):
-            continue
-        todo.append(r)
-    present = len(remotes) - len(todo)
-    log(f"[download] {present} of {len(remotes)} files present and verified; fetching {len(todo)}")
-    progress = Progress("download", len(todo), "files")
-
-    def one(r: Remote) -> tuple[str, str]:
-        if (root / r.dest).exists():  # present but not matching: keep it aside, fetch again
-            os.replace(root / r.dest, root / f"{r.dest}.corrupt")
-        return r.dest, fetch(r.url, root / r.dest, r.md5)
-
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for dest, digest in pool.map(one, todo):
-            verified.record(dest, digest)
-            progress.advance()
-    _extract_text_archives(root, verified)
+    todo = [d for d in (INPUT_DATASET, TEXT_DATASET) if not _needed_present(root, d, verified)]
+    log(f"[download] {2 - len(todo)} of 2 MLCommons datasets in place; fetching {', '.join(todo) or 'none'}")
+    if todo and downloader is None:
+        downloader = fetch_r2_downloader(root / ".prep" / "mlc-r2-downloader.sh")
+    for dataset in todo:
+        folder = root / "download" / dataset
+        run_r2_downloader(
+            downloader, f"{metadata_url}/{dataset}.uri", folder, root / ".prep" / f"download-{dataset}.log"
+        )
+        placed = place_dataset(root, dataset, folder, verified)
+        log(f"[download] {dataset}: {placed} files checked and in place")
     return check_inputs(root, verified)

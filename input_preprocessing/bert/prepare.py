@@ -6,7 +6,8 @@
 
 Stages, in order, each resumable (a stage that finished is skipped; inside a stage every output file is
 written atomically and skipped when present, so a killed run picks up where it stopped):
-  inputs      MLCommons' files downloaded and checked (or local text: --wiki-dump DUMP or --text-dir DIR)
+  inputs      MLCommons' files downloaded with its R2 downloader and checked (or local text: --wiki-dump DUMP
+              or --text-dir DIR); R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh uses a local copy of the script
   examples    per text part: tokenize, build masked-LM/next-sentence examples (seed 12345, dupe factor 10)
   eval        eval.txt's examples, 10,000 picked evenly -> hdf5/eval_varlength/part_eval_10k.hdf5
   plan        rows (packed: up to 3 sequences of at most 512 tokens) and their shards, seed 12345
@@ -99,8 +100,8 @@ class Config:
     eval_samples: int = 10_000
     eval_articles: int | None = None
     jobs: int | None = None
-    mirror: str = "mlcommons"
     metadata_url: str = download.MLCOMMONS_METADATA
+    r2_downloader: Path | None = None  # MLCommons' mlc-r2-downloader.sh; None: fetched when needed
     keep_work: bool = False
     disk_check: bool = True
     kill_after: tuple[str, int] | None = None  # fault injection for the resume test
@@ -123,7 +124,7 @@ class Config:
 
     def settings(self) -> dict:
         """What the data depends on; a resumed run must match it."""
-        source: dict = {"mirror": self.mirror}
+        source: dict = {"mirror": "mlcommons"}  # as when a second mirror existed: such folders resume
         if self.wiki_dump:
             source = {"wiki_dump": self.wiki_dump.name, "bytes": self.wiki_dump.stat().st_size}
         elif self.text_dir:
@@ -229,9 +230,7 @@ class Pipeline:
         elif cfg.skip_download:
             stats = download.check_inputs(cfg.root)
         else:
-            stats = download.download_inputs(
-                cfg.root, cfg.mirror, cfg.metadata_url, threads=min(8, cfg.jobs or 8)
-            )
+            stats = download.download_inputs(cfg.root, cfg.metadata_url, cfg.r2_downloader)
         parts = self.text_parts()
         if not (self.text_dir() / "eval.txt").is_file():
             raise PrepError(f"{self.text_dir() / 'eval.txt'}: missing (the held-out eval text)")
@@ -389,6 +388,7 @@ class Pipeline:
                 download.TEXT_BYTES_ESTIMATE
                 + download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
             )
+            needed = max(needed, download.INPUT_DATASET_BYTES)  # downloaded whole, then trimmed
         check_free_disk(cfg.root, int(needed), "downloads, intermediates and the final shards")
 
     def run(self) -> dict:
@@ -453,7 +453,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
     add("--eval-samples", type=int, default=10_000, help="eval samples to pick (default 10000)")
     add("--eval-articles", type=int, help="articles held out for eval from --wiki-dump (default 10%%)")
     add("-j", "--jobs", type=int, help="worker processes (default: CPUs, fewer if memory is short)")
-    add("--mirror", choices=("mlcommons", "gdrive"), default="mlcommons", help="download source")
     add("--metadata-url", default=download.MLCOMMONS_METADATA, help=argparse.SUPPRESS)
     add("--keep-work", action="store_true", help="keep OUTPUTDIR/work (intermediates)")
     add("--no-disk-check", action="store_true", help="skip the free-disk check")
@@ -486,8 +485,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
         eval_samples=args.eval_samples,
         eval_articles=args.eval_articles,
         jobs=args.jobs,
-        mirror=args.mirror,
         metadata_url=args.metadata_url.rstrip("/"),
+        r2_downloader=Path(os.environ["R2_DOWNLOADER"]).resolve()
+        if os.environ.get("R2_DOWNLOADER")
+        else None,
         keep_work=args.keep_work,
         disk_check=not args.no_disk_check,
         kill_after=args.debug_kill_after,
@@ -501,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             raise PrepError(f"--wiki-dump {cfg.wiki_dump}: no such file")
         if cfg.text_dir and not cfg.text_dir.is_dir():
             raise PrepError(f"--text-dir {cfg.text_dir}: no such folder")
+        if cfg.r2_downloader and not cfg.r2_downloader.is_file():
+            raise PrepError(f"R2_DOWNLOADER={cfg.r2_downloader}: no such file")
         Pipeline(cfg).run()
     except (PrepError, ValueError, FileNotFoundError) as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .ragged import Sequences, read_lengths
-from .tokenization import CLS, MASK, SEP, FullTokenizer, load_vocab
+from .tokenization import CLS, MASK, SEP, BertTokenizer, load_vocab
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class PretrainingParams:
     random_seed: int = 12345
 
 
-def read_documents(path: Path, tokenizer: FullTokenizer) -> list[list[list[int]]]:
+def read_documents(path: Path, tokenizer: BertTokenizer) -> list[list[list[int]]]:
     """Documents of token-id sentences; empty lines separate documents, empty documents are dropped."""
     documents: list[list[list[int]]] = [[]]
     # Lines end at "\n" only, as TensorFlow's GFile reads them (a stray "\r" stays inside its line).
@@ -184,7 +184,7 @@ def _to_sequences(instances: list[_Instance]) -> Sequences:
 
 def text_file_to_sequences(text: Path, vocab_path: Path, params: PretrainingParams) -> Sequences:
     vocab = load_vocab(vocab_path)
-    documents = read_documents(text, FullTokenizer(vocab))
+    documents = read_documents(text, BertTokenizer(vocab))
     if not documents:
         raise ValueError(f"{text}: no text (expected one sentence per line, blank lines between documents)")
     return create_instances(documents, vocab, params)

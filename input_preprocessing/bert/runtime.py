@@ -63,14 +63,22 @@ def _fmt_seconds(s: float) -> str:
 
 class Progress:
     """One stage's progress on stderr: a redrawn bar on a terminal; otherwise (a log file) a plain line at
-    each 10% step once the stage has run 5 s, at least every 30 s, and at the end. Shows done/total, rate
-    and ETA."""
+    each 10% step once the stage has run 5 s, at least every `log_every` seconds (30), and at the end. Shows
+    done/total, rate and ETA."""
 
-    def __init__(self, stage: str, total: int, unit: str = "items", stream: TextIO | None = None):
+    def __init__(
+        self,
+        stage: str,
+        total: int,
+        unit: str = "items",
+        stream: TextIO | None = None,
+        log_every: float = 30.0,
+    ):
         self.stage, self.total, self.unit = stage, max(0, total), unit
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
-        self.done = 0
+        self.log_every = log_every
+        self.done = self._start_done = 0
         self.start = self._last_draw = time.monotonic()
         self._last_decile = 0
         if self.tty:
@@ -78,32 +86,66 @@ class Progress:
 
     def advance(self, n: int = 1) -> None:
         self.done += n
+        if self.done >= self.total:
+            self._draw(end=True)
+        elif self._due():
+            self._draw()
+
+    def _due(self) -> bool:
         now = time.monotonic()
         decile = int(10 * self.done / self.total) if self.total else 10
-        if self.done >= self.total:
-            self._draw()
-        elif self.tty:
-            if now - self._last_draw >= 0.2:
-                self._draw()
-        elif now - self._last_draw >= 30 or (decile > self._last_decile and now - self.start >= 5):
-            self._draw()
-        self._last_decile = decile
+        new_decile, self._last_decile = decile > self._last_decile, decile
+        if self.tty:
+            return now - self._last_draw >= 0.2
+        return now - self._last_draw >= self.log_every or (new_decile and now - self.start >= 5)
 
-    def _draw(self) -> None:
+    def _draw(self, end: bool = False) -> None:
         now = self._last_draw = time.monotonic()
-        frac = self.done / self.total if self.total else 1.0
+        frac = min(1.0, self.done / self.total) if self.total else 1.0
         elapsed = now - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        eta = _fmt_seconds((self.total - self.done) / rate) if rate > 0 else "?"
+        rate = (self.done - self._start_done) / elapsed if elapsed > 0 else 0.0
+        eta = _fmt_seconds((self.total - self.done) / rate) if rate > 0 and not end else "?"
         line = (
-            f"[{self.stage}] {frac:6.1%} |{'#' * int(frac * 24):<24}| {self.done}/{self.total} {self.unit}"
-            f"  {rate:.1f}/s  elapsed {_fmt_seconds(elapsed)}  ETA {eta}"
+            f"[{self.stage}] {frac:6.1%} |{'#' * int(frac * 24):<24}| {self._amounts(rate)}"
+            f"  elapsed {_fmt_seconds(elapsed)}  ETA {'0:00:00' if end else eta}"
         )
         if self.tty:
-            self.stream.write("\r" + line + ("\n" if self.done >= self.total else ""))
+            self.stream.write("\r" + line + ("\n" if end else ""))
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def _amounts(self, rate: float) -> str:
+        return f"{self.done}/{self.total} {self.unit}  {rate:.1f}/s"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+class ByteProgress(Progress):
+    """A download's progress in bytes. The total may be an estimate that is refined as files start (shown
+    with `~`), and bytes already there when it starts (a resumed download) do not count in the rate."""
+
+    def __init__(self, stage: str, done: int = 0, stream: TextIO | None = None, log_every: float = 30.0):
+        super().__init__(stage, 0, "bytes", stream, log_every)
+        self.done = self._start_done = done
+        self.exact = False
+
+    def update(self, done: int, total: int, exact: bool) -> None:
+        self.done, self.total, self.exact = done, max(total, done), exact
+        if self._due():
+            self._draw()
+
+    def finish(self, complete: bool) -> None:
+        """The last line; a complete download's total is what it wrote."""
+        if complete:
+            self.total = self.done
+        self._draw(end=True)
+
+    def _amounts(self, rate: float) -> str:
+        total = _bytes(self.total) if self.exact or self.done >= self.total else f"~{_bytes(self.total)}"
+        return f"{_bytes(self.done)} of {total}  {rate / 1e6:.1f} MB/s"
 
 
 def log(message: str) -> None:

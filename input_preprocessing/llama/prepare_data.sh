@@ -24,7 +24,7 @@ TOKENIZER_URI=${TOKENIZER_URI:-https://training.mlcommons-storage.org/metadata/l
 PYTHON=${PYTHON:-python3}
 
 usage() {
-  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment block at the top
   exit "${1:-0}"
 }
 

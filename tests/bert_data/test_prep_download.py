@@ -1,11 +1,11 @@
-"""Downloads: resume after an interruption, checksum errors, and the MLCommons R2 layout end to end, against
-a file server on 127.0.0.1 (no other network is used)."""
+"""Downloads through MLCommons' R2 downloader, with a local stand-in for the script and its bucket (no network
+here): placement and the published-MD5 check, resume, corrupt files, byte progress in a log, the pipeline end
+to end on the MLCommons layout."""
 
 import hashlib
-import http.server
+import io
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,129 +17,64 @@ from input_preprocessing.bert.runtime import PrepError
 from tests.bert_data.helpers import REPO, VOCAB, data_digests, prepare, write_text_dir
 
 FIXTURE = REPO / "tests" / "data"
+METADATA = "https://r2.invalid/metadata"  # never contacted: the stand-in reads $FAKE_BUCKET
 
-
-class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with `Range: bytes=N-` support; paths in `cut_once` send half the body once, then drop."""
-
-    cut_once: set[str] = set()
-    requests: list[tuple[str, str | None]] = []
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        RangeHandler.requests.append((self.path, self.headers.get("Range")))
-        path = Path(self.translate_path(self.path))
-        if not path.is_file():
-            self.send_error(404)
-            return
-        data = path.read_bytes()
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0
-        if start >= len(data) and start:
-            self.send_error(416)
-            return
-        body = data[start:]
-        self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.path in RangeHandler.cut_once:
-            RangeHandler.cut_once.discard(self.path)
-            self.wfile.write(body[: len(body) // 2])
-            self.wfile.flush()
-            self.close_connection = True
-            return
-        self.wfile.write(body)
-
-
-@pytest.fixture
-def server(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-    RangeHandler.requests = []
-    RangeHandler.cut_once = set()
-    httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), lambda *a: RangeHandler(*a, directory=str(root))
-    )
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+# Stands in for mlc-r2-downloader.sh with its command line (`-d DIR <metadata>/<name>.uri`) and what matters
+# here: the dataset's md5 list copied into DIR, each listed file fetched like wget --continue (a partial file
+# is completed from its end, a complete one kept; a "Length:" line per file fetched), then `md5sum -c`.
+# "Fetching" copies from $FAKE_BUCKET/<name>/, $FAKE_CHUNK bytes every $FAKE_DELAY s when FAKE_CHUNK is set,
+# dropping the connection after $FAKE_FAIL_AFTER chunks when that is set.
+FAKE_DOWNLOADER = r"""#!/usr/bin/env bash
+set -euo pipefail
+while getopts "d:" opt; do case $opt in d) dir=$OPTARG ;; *) exit 1 ;; esac; done
+shift $((OPTIND - 1))
+name=$(basename -s .uri "$1")
+src=$FAKE_BUCKET/$name
+echo "$1" >> "$FAKE_BUCKET/requests.log"
+mkdir -p "$dir"
+cp "$src/$name.md5" "$dir/"
+fetch() {
+  local from=$1 to=$2 have=$3 size=$4 chunk=${FAKE_CHUNK:-$4} n=0
+  while ((have < size)); do
+    if [[ -n ${FAKE_FAIL_AFTER:-} ]] && ((n == FAKE_FAIL_AFTER)); then echo "Connection reset" >&2; exit 4; fi
+    dd if="$from" of="$to" iflag=skip_bytes,count_bytes skip="$have" count="$chunk" oflag=append \
+      conv=notrunc status=none
+    have=$(stat -c %s "$to"); n=$((n + 1)); sleep "${FAKE_DELAY:-0}"
+  done
+}
+sed 's/^[a-f0-9]\{32\}[[:space:]]*//; s,^\./,,' "$dir/$name.md5" | while read -r f; do
+  size=$(stat -c %s "$src/$f") have=0
+  [[ -f $dir/$f ]] && have=$(stat -c %s "$dir/$f")
+  if ((have >= size)); then echo "The file is already fully retrieved; nothing to do."; continue; fi
+  ((have == 0)) || echo "resume $f at $have" >> "$FAKE_BUCKET/requests.log"
+  echo "Length: $size ($((size >> 10))K), $((size - have)) remaining [application/octet-stream]"
+  mkdir -p "$(dirname "$dir/$f")"
+  fetch "$src/$f" "$dir/$f" "$have" "$size"
+done
+(cd "$dir" && md5sum -c "$name.md5") || { echo "Error: Hash verification failed" >&2; exit 1; }
+"""
 
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def test_download_resumes_after_a_dropped_connection(server, tmp_path):
-    www, url = server
-    payload = np.random.default_rng(0).integers(0, 256, 3_000_000, dtype=np.uint8).tobytes()
-    (www / "big.bin").write_bytes(payload)
-    RangeHandler.cut_once = {"/big.bin"}
-    dest = tmp_path / "out" / "big.bin"
-    assert download.fetch(f"{url}/big.bin", dest, md5(payload)) == md5(payload)
-    assert dest.read_bytes() == payload and not dest.with_name("big.bin.part").exists()
-    first, second = RangeHandler.requests
-    assert first == ("/big.bin", None) and second == ("/big.bin", "bytes=1500000-")
-
-
-def test_download_continues_a_partial_file_from_an_earlier_run(server, tmp_path):
-    www, url = server
-    payload = b"0123456789" * 1000
-    (www / "f.txt").write_bytes(payload)
-    dest = tmp_path / "f.txt"
-    dest.with_name("f.txt.part").write_bytes(payload[:4321])
-    download.fetch(f"{url}/f.txt", dest, md5(payload))
-    assert dest.read_bytes() == payload
-    assert RangeHandler.requests == [("/f.txt", "bytes=4321-")]
-
-
-def test_download_resumes_file_urls_too(tmp_path):
-    src = tmp_path / "src.bin"
-    src.write_bytes(b"abcdef" * 100)
-    dest = tmp_path / "dest.bin"
-    dest.with_name("dest.bin.part").write_bytes(b"abcdef" * 10)
-    download.fetch(src.as_uri(), dest, md5(src.read_bytes()))
-    assert dest.read_bytes() == src.read_bytes()
-
-
-def test_checksum_mismatch_is_an_error_naming_the_file(server, tmp_path):
-    www, url = server
-    (www / "vocab.txt").write_text("not the vocabulary\n")
-    dest = tmp_path / "phase1" / "vocab.txt"
-    with pytest.raises(
-        download.ChecksumError, match=r"phase1/vocab.txt: md5 \w+ does not match the published"
-    ):
-        download.fetch(f"{url}/vocab.txt", dest, download.PUBLISHED_MD5["vocab.txt"])
-    assert not dest.exists() and dest.with_name("vocab.txt.corrupt").read_text() == "not the vocabulary\n"
-
-
-def test_missing_remote_file_is_an_error(server, tmp_path):
-    _, url = server
-    with pytest.raises(PrepError, match="HTTP 404"):
-        download.fetch(f"{url}/nope", tmp_path / "nope", None)
-
-
-def publish_r2(www: Path, url: str, files: dict[str, dict[str, Path]]) -> str:
-    """Lay out datasets as MLCommons' R2 bucket does: metadata/<name>.uri and .md5, files under <name>/."""
-    (www / "metadata").mkdir()
-    for dataset, members in files.items():
-        lines = []
-        for rel, src in members.items():
-            (www / dataset / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, www / dataset / rel)
-            lines.append(f"{md5(src.read_bytes())}  {rel}")
-        (www / "metadata" / f"{dataset}.uri").write_text(f"{url}/{dataset}\n")
-        (www / "metadata" / f"{dataset}.md5").write_text("\n".join(lines) + "\n")
-    return f"{url}/metadata"
+def publish(bucket: Path, dataset: str, files: dict[str, Path | bytes]) -> None:
+    """A dataset as MLCommons' bucket holds it: the files under <dataset>/ and <dataset>.md5 listing them."""
+    lines = []
+    for rel, src in files.items():
+        data = src if isinstance(src, bytes) else src.read_bytes()
+        (bucket / dataset / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bucket / dataset / rel).write_bytes(data)
+        lines.append(f"{md5(data)}  ./{rel}")
+    (bucket / dataset / f"{dataset}.md5").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture
-def r2(server, tmp_path, articles):
-    """A fake MLCommons bucket: the tiny TF1 checkpoint fixture and its config, the real vocabulary, and
-    two small text parts with an eval file."""
-    www, url = server
+def bucket(tmp_path, articles, monkeypatch) -> Path:
+    """MLCommons' two BERT datasets in small: the tiny TF1 checkpoint fixture and its config, the real
+    vocabulary, files the pipeline does not use, and two text parts with an eval file."""
+    root = tmp_path / "bucket"
     text = write_text_dir(tmp_path / "text", articles[20:32], parts=2, eval_articles=2)
     ckpt = "model.ckpt-28252"
     inputs = {
@@ -147,79 +82,139 @@ def r2(server, tmp_path, articles):
         "vocab.txt": VOCAB,
         f"tf1_ckpt/{ckpt}.index": FIXTURE / "tf1_bert_tiny.ckpt.index",
         f"tf1_ckpt/{ckpt}.data-00000-of-00001": FIXTURE / "tf1_bert_tiny.ckpt.data-00000-of-00001",
-        f"tf2_ckpt/{ckpt}.index": FIXTURE / "tf1_bert_tiny.ckpt.index",  # not needed: must be skipped
-        "License.txt": VOCAB,
+        f"tf2_ckpt/{ckpt}.index": FIXTURE
+        / "tf1_bert_tiny.ckpt.index",  # not used: removed after the download
+        "License.txt": b"license\n",
     }
-    texts = {f"results/{p.name}": p for p in sorted(text.iterdir())}
-    metadata = publish_r2(www, url, {download.INPUT_DATASET: inputs, download.TEXT_DATASET: texts})
-    return metadata
+    publish(root, download.INPUT_DATASET, inputs)
+    publish(root, download.TEXT_DATASET, {f"results/{p.name}": p for p in sorted(text.iterdir())})
+    (root / "downloader.sh").write_text(FAKE_DOWNLOADER)
+    monkeypatch.setenv("FAKE_BUCKET", str(root))
+    monkeypatch.setenv("R2_DOWNLOADER", str(root / "downloader.sh"))
+    return root
 
 
-def test_mlcommons_listing_selects_and_places_the_needed_files(r2):
-    remotes = {r.dest: r for r in download.mlcommons_files(r2)}
-    assert set(remotes) == {
-        "phase1/bert_config.json",
-        "phase1/vocab.txt",
-        "phase1/model.ckpt-28252.index",
-        "phase1/model.ckpt-28252.data-00000-of-00001",
-        "download/results4/part-00000-of-00002",
-        "download/results4/part-00001-of-00002",
-        "download/results4/eval.txt",
-    }
-    assert remotes["phase1/model.ckpt-28252.index"].url.endswith(
-        "/bert-input-files/tf1_ckpt/model.ckpt-28252.index"
+def requests(bucket: Path) -> list[str]:
+    log = bucket / "requests.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def run(bucket: Path, dataset: str, folder: Path, **kwargs) -> None:
+    download.run_r2_downloader(
+        bucket / "downloader.sh", f"{METADATA}/{dataset}.uri", folder, folder.parent / "dl.log", **kwargs
     )
 
 
-def test_a_mirror_that_disagrees_with_the_published_md5_is_refused(r2, tmp_path):
-    with pytest.raises(PrepError, match="upstream changed: .* for phase1/bert_config.json"):
-        download.download_inputs(tmp_path, "mlcommons", r2)
-
-
-def test_full_pipeline_from_the_mlcommons_layout(r2, tmp_path, monkeypatch, capsys):
-    # The fake bucket holds a tiny checkpoint, not MLPerf's: drop the pinned MD5s, keep the mirror's own.
-    monkeypatch.setattr(download, "PUBLISHED_MD5", {})
-    root = tmp_path / "bert_data"
-    args = [
-        "--outputdir",
-        root,
-        "--metadata-url",
-        r2,
-        "--packed-data",
-        "--shards",
-        "2",
-        "--eval-samples",
-        "100",
-        "--no-disk-check",  # the check plans for the full data set's 300 GB
+def test_download_places_the_files_used_and_removes_the_rest(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "PUBLISHED_MD5", {})  # the tiny checkpoint is not MLPerf's
+    root = tmp_path / "out"
+    stats = download.download_inputs(root, METADATA, bucket / "downloader.sh")
+    assert sorted(p.name for p in (root / "phase1").iterdir()) == [
+        "bert_config.json",
+        "model.ckpt-28252.data-00000-of-00001",
+        "model.ckpt-28252.index",
+        "vocab.txt",
     ]
-    assert prepare(*args, "--jobs", "1") == 0, capsys.readouterr().err
-    assert (root / "download/results4/eval.txt").is_file()
+    assert sorted(p.name for p in (root / "download").iterdir()) == ["results4"]  # dataset folders gone
+    assert stats["text_parts"] == 2
+    assert (root / "phase1" / "vocab.txt").read_bytes() == VOCAB.read_bytes()
+    assert [Path(r).name for r in requests(bucket)] == [
+        f"{download.INPUT_DATASET}.uri",
+        f"{download.TEXT_DATASET}.uri",
+    ]
+    # In place and checked: nothing is fetched again, the files are not hashed again either.
+    verified = json.loads((root / ".prep" / "verified.json").read_text())
+    assert "download/results4/part-00001-of-00002" in verified
+    download.download_inputs(root, METADATA, bucket / "downloader.sh")
+    assert len(requests(bucket)) == 2
+    # A missing text part brings back the text dataset only.
+    (root / "download/results4/part-00001-of-00002").unlink()
+    download.download_inputs(root, METADATA, bucket / "downloader.sh")
+    assert [Path(r).name for r in requests(bucket)[2:]] == [f"{download.TEXT_DATASET}.uri"]
+
+
+def test_a_listing_that_disagrees_with_the_published_md5_is_upstream_changed(bucket, tmp_path):
+    with pytest.raises(PrepError, match="upstream changed: bert-input-files lists md5 .* bert_config.json"):
+        download.download_inputs(tmp_path, METADATA, bucket / "downloader.sh")
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(bucket, tmp_path, monkeypatch):
+    payload = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+    publish(bucket, "big", {"big.bin": payload})
+    folder = tmp_path / "dl" / "big"
+    monkeypatch.setenv("FAKE_CHUNK", "100000")
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "2")
+    with pytest.raises(PrepError, match=r"R2 downloader failed for big \(exit 4\); run again to resume"):
+        run(bucket, "big", folder, stream=io.StringIO())
+    assert (folder / "big.bin").stat().st_size == 200_000
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    run(bucket, "big", folder, stream=io.StringIO())
+    assert (folder / "big.bin").read_bytes() == payload
+    assert "resume big.bin at 200000" in requests(bucket)
+
+
+def test_a_corrupt_file_is_set_aside_so_that_a_rerun_fetches_it_again(bucket, tmp_path):
+    publish(bucket, "bad", {"a.txt": b"right\n"})
+    (bucket / "bad" / "a.txt").write_bytes(b"wrong\n")  # the bucket serves other bytes than it lists
+    folder = tmp_path / "dl" / "bad"
+    with pytest.raises(PrepError, match=r"1 file\(s\) failed their md5 check, renamed \*.corrupt"):
+        run(bucket, "bad", folder, stream=io.StringIO())
+    assert not (folder / "a.txt").exists() and (folder / "a.txt.corrupt").read_bytes() == b"wrong\n"
+
+
+def test_progress_is_shown_in_bytes_also_in_a_log(bucket, tmp_path, monkeypatch):
+    publish(bucket, "slow", {"one.bin": bytes(400_000), "two.bin": bytes(100_000)})
+    monkeypatch.setenv("FAKE_CHUNK", "100000")
+    monkeypatch.setenv("FAKE_DELAY", "0.3")
+    stream = io.StringIO()  # not a terminal: plain lines
+    run(bucket, "slow", tmp_path / "dl" / "slow", stream=stream, poll_seconds=0.1, log_every=0.25)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3, lines
+    assert all(line.startswith("[download slow]") and " MB/s" in line for line in lines)
+    assert any(" MB of ~0.8 MB" in line for line in lines)  # 2 files started: 400 kB, then 4 x 100 kB
+    assert lines[-1].startswith("[download slow] 100.0%") and "0.5 MB of 0.5 MB" in lines[-1]
+    assert "Length: 400000" in (tmp_path / "dl" / "dl.log").read_text()  # wget's output, kept aside
+
+
+def test_total_is_estimated_from_the_sizes_announced_so_far():
+    assert download._estimated_total(4, [100, 300]) == (800, False)
+    assert download._estimated_total(2, [100, 300]) == (400, True)
+    assert download._estimated_total(3, []) == (0, False)
+
+
+def test_the_downloader_is_fetched_when_not_given(tmp_path):
+    script = tmp_path / "r2.sh"
+    script.write_text("#!/bin/bash\n")
+    assert download.fetch_r2_downloader(tmp_path / "got.sh", script.as_uri()).read_text() == "#!/bin/bash\n"
+    with pytest.raises(PrepError, match="set R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh"):
+        download.fetch_r2_downloader(tmp_path / "x.sh", (tmp_path / "missing.sh").as_uri())
+
+
+def test_full_pipeline_from_the_mlcommons_layout(bucket, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(download, "PUBLISHED_MD5", {})  # the tiny checkpoint is not MLPerf's
+    root = tmp_path / "bert_data"
+    args = ["--outputdir", root, "--metadata-url", METADATA, "--packed-data", "--shards", "2"]
+    args += ["--eval-samples", "100", "--no-disk-check", "--jobs", "1"]  # the check plans for 330 GB
+    assert prepare(*args) == 0, capsys.readouterr().err
+    assert "[download bert-input-files] 100.0%" in capsys.readouterr().err
     state = torch.load(root / "phase1" / "model.ckpt-28252.pt")
     assert state["bert.encoder.layer.1.output.dense.weight"].shape == (8, 16)
     manifest = {e["path"] for e in json.loads((root / "manifest.json").read_text())["files"]}
     assert "phase1/model.ckpt-28252.pt" in manifest and "hdf5/packed_data/part_00001" in manifest
-    served = len(RangeHandler.requests)
     before = data_digests(root)
 
     # Done is done: a rerun downloads nothing; --skip-download checks what is there.
-    assert prepare(*args, "--jobs", "1") == 0
-    assert len(RangeHandler.requests) == served and data_digests(root) == before
+    assert prepare(*args) == 0
+    assert len(requests(bucket)) == 2 and data_digests(root) == before
     (root / "download/results4/part-00001-of-00002").unlink()
     with pytest.raises(PrepError, match="part-00001-of-00002"):
         download.check_inputs(root)
 
 
-def test_free_disk_check_runs_before_anything_is_fetched(r2, tmp_path, monkeypatch, capsys):
+def test_free_disk_check_runs_before_anything_is_fetched(bucket, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
         shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 2**30, 2**30)
     )
-    assert prepare("--outputdir", tmp_path / "bert_data", "--metadata-url", r2, "--packed-data") == 1
+    assert prepare("--outputdir", tmp_path / "bert_data", "--metadata-url", METADATA, "--packed-data") == 1
     assert "not enough free disk under" in capsys.readouterr().err
-    assert RangeHandler.requests == []
-
-
-def test_gdrive_mirror_lists_nvidias_files_with_the_published_checksums():
-    remotes = {r.dest: r for r in download.gdrive_files()}
-    assert remotes["phase1/vocab.txt"].md5 == "64800d5d8528ce344256daf115d4965e"
-    assert remotes["download/results_text.tar.gz"].url.startswith("https://drive.usercontent.google.com/")
-    download._check_against_published(list(remotes.values()), "gdrive")  # complete and consistent
+    assert requests(bucket) == []

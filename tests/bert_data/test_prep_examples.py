@@ -6,7 +6,7 @@ import pytest
 from input_preprocessing.bert.packing import assign_rows, pack_histogram, packing_stats
 from input_preprocessing.bert.pretraining import PretrainingParams, create_instances, read_documents
 from input_preprocessing.bert.ragged import Sequences
-from input_preprocessing.bert.tokenization import FullTokenizer, load_vocab
+from input_preprocessing.bert.tokenization import BertTokenizer, load_vocab
 from tests.bert_data.helpers import VOCAB
 
 
@@ -17,7 +17,7 @@ def vocab():
 
 @pytest.fixture(scope="module")
 def sequences(vocab, small_text) -> Sequences:
-    docs = read_documents(small_text / "part-00000-of-00003", FullTokenizer(vocab))
+    docs = read_documents(small_text / "part-00000-of-00003", BertTokenizer(vocab))
     return create_instances(docs, vocab, PretrainingParams())
 
 
@@ -53,7 +53,7 @@ def test_examples_have_bert_structure_and_masking(vocab, sequences):
 
 
 def test_same_seed_same_examples_other_seed_other_examples(vocab, small_text, sequences):
-    docs = read_documents(small_text / "part-00000-of-00003", FullTokenizer(vocab))
+    docs = read_documents(small_text / "part-00000-of-00003", BertTokenizer(vocab))
     again = create_instances(docs, vocab, PretrainingParams())
     assert np.array_equal(again.input_ids, sequences.input_ids)
     assert np.array_equal(again.masked_lm_positions, sequences.masked_lm_positions)

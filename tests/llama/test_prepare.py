@@ -117,3 +117,10 @@ def test_sample_data(demo_data):
     assert manifest["vocab_size"] == 4096 and manifest["validation"]["tokens"] >= 1024 * 64 + 1
     assert manifest["train"]["documents"] > 2 * manifest["validation"]["documents"] > 0
     assert (demo_data / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_help_is_the_comment_block_at_the_top():
+    proc = subprocess.run(["bash", str(PREPARE), "--help"], capture_output=True, text=True, timeout=30)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines[0].startswith("Llama 3.1 8B data.")
+    assert lines[-1].startswith("R2_DOWNLOADER=") and "set -euo pipefail" not in proc.stdout
