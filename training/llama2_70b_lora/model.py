@@ -65,6 +65,8 @@ def build_model(
         for i, block in enumerate(model.layers):
             _materialize(block, device, folder, shape, f"layers.{i}.")
             store_weights_in_fp8(block)
+            if device.type == "cuda":  # give the bf16 copies back, or their cached halves pile up
+                torch.cuda.empty_cache()
         for name in ("embed_tokens", "norm", "lm_head"):
             _materialize(getattr(model, name), device, folder, shape, f"{name}.")
         applied["fp8"] += ", frozen weights stored in FP8"
