@@ -150,6 +150,8 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     run, info = (bench_ours if kind == "ours" else bench_peft)(shape, seq, [precision, *modes], device, args)
+    if device.type == "cuda":
+        info["built_gib"] = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
     run()  # compiles
     first_s = time.perf_counter() - t0
@@ -188,7 +190,7 @@ def main() -> int:
         try:
             r = bench(variant, shape, seq, args, device)
         except torch.cuda.OutOfMemoryError as err:
-            r = {"error": f"out of memory: {str(err)[:200]}"}
+            r = {"error": f"out of memory: {str(err)[:600]}"}
         results["runs"][variant] = r
         print(f"  {variant}: {json.dumps(r)}", flush=True)
         gc.collect()
