@@ -9,6 +9,10 @@ Face checkpoint loads with `load_hf_state_dict` and nothing else (what Llama 2 7
   score matrix is never materialized). Grouped-query attention uses the kernels' native GQA support.
 - Packed rows (several sequences in one row, attention kept inside each) pass `cu_seqlens`, the cumulative
   sequence boundaries as flash-attn's varlen API takes them, plus `position_ids` restarting at each sequence.
+- Sliding-window attention (Mistral 7B: `LlamaShape.sliding_window`): each token attends to itself and the
+  window - 1 tokens before it (Hugging Face's Mistral mask). On GPUs through flash-attn, else PyTorch's flash
+  kernel (`torch.nn.attention.varlen.varlen_attn` with a window); on the CPU (or a torch without it) through
+  SDPA with an explicit band mask. Without a window, or one no shorter than the sequence, nothing changes.
 - Shapes come from `LlamaShape`; the tiny CPU default and the perf script reuse the same module.
 - The constructor allocates but does not initialize (so it can be built on the meta device and sharded
   first); call `init_weights()` once the parameters live on their device.
@@ -17,6 +21,8 @@ Face checkpoint loads with `load_hf_state_dict` and nothing else (what Llama 2 7
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -50,6 +56,7 @@ class LlamaShape:
     rope_scaling: RopeScaling | None = RopeScaling()
     norm_eps: float = 1e-5
     init_std: float = 0.02  # NeMo's Llama31Config; output projections use std / sqrt(2 * layers)
+    sliding_window: int | None = None  # Mistral: attend to this many most recent tokens (itself included)
 
     @property
     def head_dim(self) -> int:
@@ -67,10 +74,14 @@ class LlamaShape:
     def flops_per_token(self, seq_length: int) -> float:
         """Model FLOPs per trained token: 6 x (parameters without the embedding table, which is a lookup)
         + 6 x seq x hidden x layers for causal attention (QK^T and AV, fwd + bwd). For Llama 3.1 8B at
-        8192 this is 51.47 GFLOP/token, 421.66 TFLOP per sample (NVIDIA: MODEL_TFLOP_PER_SAMPLE=421.59)."""
-        return (
-            6 * self.num_params(include_embedding=False) + 6 * seq_length * self.hidden_size * self.num_layers
-        )
+        8192 this is 51.47 GFLOP/token, 421.66 TFLOP per sample (NVIDIA: MODEL_TFLOP_PER_SAMPLE=421.59).
+        With a sliding window w < seq the attention term counts the keys each query really sees, on average
+        w - w^2 / (2 x seq) instead of seq / 2: 12 x that x hidden x layers."""
+        attention = 6 * seq_length * self.hidden_size * self.num_layers
+        if self.sliding_window is not None and self.sliding_window < seq_length:
+            w = self.sliding_window
+            attention = 12 * (w - w * w / (2 * seq_length)) * self.hidden_size * self.num_layers
+        return 6 * self.num_params(include_embedding=False) + attention
 
     def lora_flops_per_token(self, seq_length: int, adapter_params: int = 0) -> float:
         """Model FLOPs per trained token of LoRA fine-tuning: the frozen base runs forward (2N) and the input
@@ -163,14 +174,27 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
-def attention(q, k, v, backend: str, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None):
+def attention(
+    q,
+    k,
+    v,
+    backend: str,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
+    window: int | None = None,
+):
     """Causal attention over (batch, seq, heads, head_dim) tensors; k/v may have fewer heads (GQA).
     With `cu_seqlens` (int32 boundaries of the sequences packed in a batch-1 row), attention stays inside each
     sequence: flash-attn's varlen kernel where it is the backend; on NVIDIA GPUs PyTorch's own varlen
     FlashAttention-2 (the kernel BERT's `torch_flash` runs); elsewhere one causal SDPA call per sequence.
-    A row holding one sequence (the MLCommons GovReport rows) takes the plain causal path."""
+    A row holding one sequence (the MLCommons GovReport rows) takes the plain causal path. With `window`,
+    each token sees only the `window` most recent tokens (itself included)."""
     if cu_seqlens is not None and cu_seqlens.numel() == 2:
         cu_seqlens = None  # one sequence: plain causal attention
+    if window is not None and cu_seqlens is not None:
+        raise NotImplementedError("a sliding window over packed rows")
+    if window is not None and window < q.shape[1]:
+        return windowed_attention(q, k, v, window, backend)
     if backend == "flash_attn":
         from flash_attn import flash_attn_func, flash_attn_varlen_func
 
@@ -199,6 +223,44 @@ def attention(q, k, v, backend: str, cu_seqlens: torch.Tensor | None = None, max
     return torch.cat(outs, dim=1)
 
 
+def windowed_attention(q, k, v, window: int, backend: str):
+    """Causal sliding-window attention over (batch, seq, heads, head_dim): query i sees keys j with
+    i - window < j <= i, flash-attn's and PyTorch's window (window - 1, 0)."""
+    if backend == "flash_attn":
+        from flash_attn import flash_attn_func
+
+        return flash_attn_func(q, k, v, causal=True, window_size=(window - 1, 0))
+    b, s, heads, dim = q.shape
+    varlen = TORCH_WINDOW_ATTENTION if q.is_cuda else None
+    if varlen is not None:  # the rows as varlen sequences of one (batch x seq, heads, dim) tensor
+        bounds = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=q.device)
+        flat = (t.flatten(0, 1) for t in (q, k, v))
+        return varlen(*flat, bounds, bounds, s, s, window_size=(window - 1, 0)).view(b, s, heads, dim)
+    i = torch.arange(s, device=q.device)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)  # (query, key)
+    out = F.scaled_dot_product_attention(
+        *(t.transpose(1, 2) for t in (q, k, v)), attn_mask=band, enable_gqa=k.shape[2] != heads
+    )
+    return out.transpose(1, 2)
+
+
+def _torch_window_attention():
+    """PyTorch's own flash kernel with a window, `torch.nn.attention.varlen.varlen_attn(...,
+    window_size=...)` (torch >= 2.11; GQA asked for where its signature has the flag), or None where this
+    torch has none (the band mask runs then)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "window_size" not in params:
+        return None
+    return functools.partial(varlen_attn, enable_gqa=True) if "enable_gqa" in params else varlen_attn
+
+
+TORCH_WINDOW_ATTENTION = _torch_window_attention()  # looked up once, outside any compiled code
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -216,6 +278,7 @@ class Attention(nn.Module):
         super().__init__()
         h, hd = shape.hidden_size, shape.head_dim
         self.head_dim, self.backend = hd, backend
+        self.window = shape.sliding_window
         self.q_proj = nn.Linear(h, shape.num_heads * hd, bias=False)
         self.k_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
         self.v_proj = nn.Linear(h, shape.num_kv_heads * hd, bias=False)
@@ -235,8 +298,8 @@ class Attention(nn.Module):
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
         q = apply_rope(q.view(b, s, -1, self.head_dim), cos, sin)
         k = apply_rope(k.view(b, s, -1, self.head_dim), cos, sin)
-        out = attention(q, k, v.view(b, s, -1, self.head_dim), self.backend, cu_seqlens, max_seqlen)
-        out = out.reshape(b, s, -1)
+        v = v.view(b, s, -1, self.head_dim)
+        out = attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window).reshape(b, s, -1)
         y = self.o_proj(out)
         return y if self.o_adapter is None else y + self.o_adapter(out)
 

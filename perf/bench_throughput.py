@@ -1,0 +1,337 @@
+"""The throughput suite's step against torchtitan's, side by side in one launch: same model, sequence, batch
+and precision.
+
+    torchrun --nproc_per_node=1 perf/bench_throughput.py [--rows llama8b-bf16,llama8b-fp8,mistral-bf16]
+        [--peers ours,titan] [--layers 16] [--seq 8192] [--mbs 1] [--steps 8] [--warmup 3] [--no-compile]
+    torchrun --nproc_per_node=2 perf/bench_throughput.py --tiny      # CPU (gloo) smoke test of this script
+
+Ours: the suite's own workload (`training.throughput.llm.build`, what `train_fsdp.py` runs: the Llama step,
+features and FP8 backend choice), one iteration per optimizer step. The peer: torchtitan 0.2.2 (the release
+for torch 2.11; 0.3.0 needs a newer torch), driven as its trainer drives itself: its Llama 3 `Transformer`
+built on the meta device from `TransformerModelArgs` of the same shape, its float8 converter (torchao
+tensorwise, the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile,
+FSDP2 over the ranks; autocast on one GPU, as ours), its fused AdamW, clip 1.0 and compiled cross-entropy,
+on the same random tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask
+(4096, as ours); Llama rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full
+width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
+FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend) and `titan`.
+
+A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
+per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
+shape. Prints a table last; writes $OUT/bench_throughput.json after each variant when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from training.common.backends import importable  # noqa: E402
+from training.llama import parallel  # noqa: E402
+from training.llama.model import LlamaShape  # noqa: E402
+from training.throughput import flops, llm  # noqa: E402
+from training.throughput.config import ModelSpec, RunArgs, load_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = {  # row -> (config, MODEL_TYPE, FP8)
+    "llama8b-bf16": ("llama-3.1-8b-8k.json", "llama", False),
+    "llama8b-fp8": ("llama-3.1-8b-8k.json", "llama", True),
+    "mistral-bf16": ("mistral-7b-v0.1.json", "mistral", False),
+    "mistral-fp8": ("mistral-7b-v0.1.json", "mistral", True),
+    "llama70b-bf16": ("llama-3.1-70b.json", "llama", False),
+}
+TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=192, num_heads=4, num_kv_heads=2, vocab_size=512)
+
+
+def shape_of(row: str, args) -> LlamaShape:
+    config, model_type, _ = ROWS[row]
+    shape = load_model(ROOT / "configs" / "throughput" / config, model_type).shape
+    if args.tiny:
+        shape = shape.replace(**TINY, sliding_window=32 if shape.sliding_window else None)
+    return shape.replace(max_seq_length=args.seq, num_layers=args.layers)
+
+
+def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, world: int):
+    _, model_type, fp8 = ROWS[row]
+    backend = "torchao" if variant == "ours-torchao" else "auto"
+    run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8, grad_accum=1,
+                  enable_compile=args.compile, fp8_backend=backend)  # fmt: skip
+    spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
+    workload = llm.build(spec, run, device, mesh, world)
+    return workload.make_step(args.mbs, 1), workload.backends
+
+
+def import_torchtitan():
+    """torchtitan's modules for the bench. Its Llama 3 model module imports the train spec, which imports its
+    text dataloader, which imports Hugging Face `datasets`: not on the GPU machine, and never used here (no
+    data is read), so a placeholder module stands in for it where it is not installed."""
+    if not importable("datasets"):
+        placeholder, split = types.ModuleType("datasets"), types.ModuleType("datasets.distributed")
+        placeholder.Dataset = placeholder.load_dataset = split.split_dataset_by_node = None
+        placeholder.distributed = split
+        sys.modules.update({"datasets": placeholder, "datasets.distributed": split})
+    import torchtitan
+
+    return torchtitan
+
+
+def titan_step(row: str, shape: LlamaShape, args, device, world: int):
+    """torchtitan's model, float8 converter, parallelize, optimizer, loss and clip, as its trainer uses
+    them."""
+    torchtitan = import_torchtitan()
+    from torch.nn.attention.flex_attention import and_masks
+    from torchtitan.components.loss import build_cross_entropy_loss
+    from torchtitan.components.optimizer import build_optimizers
+    from torchtitan.config import JobConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed import parallel_dims as titan_dims
+    from torchtitan.distributed import utils as titan_dist
+    from torchtitan.models.attention import (
+        create_attention_mask,
+        get_causal_mask_mod,
+        get_sliding_window_mask_mod,
+    )
+    from torchtitan.models.llama3.infra.parallelize import parallelize_llama
+    from torchtitan.models.llama3.model.args import TransformerModelArgs
+    from torchtitan.models.llama3.model.model import Transformer
+    from torchtitan.protocols.model_converter import build_model_converters
+
+    fp8 = ROWS[row][2]
+    if device.type == "cpu":  # torchtitan builds its meshes on "cuda" when no accelerator is found
+        titan_dims.device_type = "cpu"
+    job = JobConfig()
+    job.training.seq_len, job.training.local_batch_size = shape.max_seq_length, args.mbs
+    job.training.mixed_precision_param = "bfloat16" if device.type == "cuda" else "float32"
+    job.training.mixed_precision_reduce = "float32"
+    job.compile.enable, job.compile.components = args.compile, ["model", "loss"]
+    job.activation_checkpoint.mode = "none"
+    if fp8:
+        job.model.converters = ["quantize.linear.float8"]
+        f8 = job.quantize.linear.float8
+        f8.enable_fsdp_float8_all_gather = f8.precompute_float8_dynamic_scale_for_fsdp = True
+        f8.filter_fqns = ["output"]  # the output layer in bf16, as ours
+    dims = ParallelDims(dp_replicate=1, dp_shard=world, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=world)
+    if int(8 * shape.hidden_size / 3) > shape.ffn_hidden_size:
+        raise ValueError(
+            f"torchtitan's FFN sizing gives no {shape.ffn_hidden_size} at width {shape.hidden_size}"
+        )
+    window = shape.sliding_window
+    window = window if window and window < shape.max_seq_length else None
+    # its FFN width: multiple_of x ceil(8 x dim / 3 / multiple_of), which is ours with multiple_of = ours
+    model_args = TransformerModelArgs(
+        dim=shape.hidden_size, n_layers=shape.num_layers, n_heads=shape.num_heads,
+        n_kv_heads=shape.num_kv_heads, vocab_size=shape.vocab_size, multiple_of=shape.ffn_hidden_size,
+        ffn_dim_multiplier=None, norm_eps=shape.norm_eps, rope_theta=shape.rope_theta,
+        max_seq_len=shape.max_seq_length, attn_type="flex" if window else "sdpa",
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = Transformer(model_args)
+    converters = build_model_converters(job, dims)
+    converters.convert(model)
+    parallelize_llama(model, dims, job)
+    if device.type == "cpu":  # gloo has no PREMUL_SUM, which FSDP2 uses for torchtitan's divide factor 1.0
+        for module in model.modules():
+            if hasattr(module, "set_force_sum_reduction_for_comms"):
+                module.set_force_sum_reduction_for_comms(True)
+    model.to_empty(device=device)
+    with torch.no_grad():
+        model.init_weights()
+    model.train()
+    optimizers = build_optimizers([model], job.optimizer, dims)
+    loss_fn = build_cross_entropy_loss(job)
+    amp = titan_dist.maybe_enable_amp(dims, job.training.mixed_precision_param, device.type)
+    masks = None
+    if window:  # torchtitan's own mask helpers: causal and at most `window` tokens (itself included)
+        mask = and_masks(get_causal_mask_mod(), get_sliding_window_mask_mod(window))
+        masks = create_attention_mask(mask, 1, None, shape.max_seq_length, shape.max_seq_length)
+    tokens = torch.randint(0, shape.vocab_size, (args.mbs, shape.max_seq_length + 1), device=device)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        """torchtitan's `Trainer.train_step` without data loading, logging and checkpoints: the loss summed
+        over tokens and divided by the tokens of all ranks (FSDP's own division is off in its parallelize)."""
+        optimizers.zero_grad()
+        tokens = torch.tensor(labels.numel(), dtype=torch.int64, device=device)
+        if dims.dp_enabled:
+            tokens = titan_dist.dist_sum(tokens, dims.get_mesh("batch"))
+        with amp:
+            loss = loss_fn(model(inputs, attention_masks=masks), labels) / tokens
+        loss.backward()
+        titan_dist.clip_grad_norm_(list(model.parameters()), job.training.max_norm, foreach=True)
+        optimizers.step()
+        converters.post_optimizer_hook(model)
+        return loss.detach() * world
+
+    fp8_note = (
+        f"torchao float8 tensorwise via torchtitan's converter{', FP8 all-gather' if world > 1 else ''}"
+    )
+    backends = {
+        "torchtitan": getattr(torchtitan, "__version__", "?"),
+        "attention": f"flex, sliding window {window}" if window else "sdpa",
+        "fp8": fp8_note if fp8 else "off",
+        "data_parallel": f"FSDP2 over {world} ranks" if world > 1 else "off (autocast bf16)",
+    }
+    return step, backends
+
+
+def time_steps(step, warmup: int, steps: int, device) -> list[float]:
+    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
+    fp8 = ROWS[row][2]
+    if fp8 and device.type != "cuda":
+        return {"skipped": "FP8 needs a GPU"}
+    if variant == "ours-torchao" and not fp8:
+        return {"skipped": "ours-torchao is an FP8 variant"}
+    if variant == "titan" and not importable("torchtitan"):
+        return {"skipped": "torchtitan not importable"}
+    shape = shape_of(row, args)
+    if variant == "titan" and shape.sliding_window and device.type == "cpu":
+        return {"skipped": "torchtitan's window is FlexAttention, which has no backward on the CPU"}
+    torch.manual_seed(0)
+    if variant == "titan":
+        step, backends = titan_step(row, shape, args, device, world)
+    else:
+        step, backends = ours_step(row, variant, shape, args, device, mesh, world)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    first_loss = float(step())  # the first step compiles
+    first_s = time.perf_counter() - t0
+    times = time_steps(step, args.warmup, args.steps, device)
+    last_loss = float(step())
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    peak = torch.tensor(peak, device=device)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    ms = statistics.median(times)
+    tokens = args.mbs * shape.max_seq_length / ms * 1e3
+    seq = shape.max_seq_length
+    return {
+        "ms": ms,
+        "spread_ms": [min(times), max(times)],
+        "tokens_per_s_per_gpu": tokens,
+        "tflops_per_gpu": {
+            k: tokens * count(shape, seq) / 1e12 for k, count in (("ours", flops.ours), ("amd", flops.amd))
+        },
+        "peak_gib": float(peak),
+        "first_step_s": first_s,
+        "first_loss": first_loss,
+        "last_loss": last_loss,
+        "layers": shape.num_layers,
+        "backends": backends,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", default="llama8b-bf16,llama8b-fp8,mistral-bf16", help=", ".join(ROWS))
+    ap.add_argument("--peers", default="ours,titan", help="ours, ours-torchao, titan (comma-separated)")
+    ap.add_argument("--layers", type=int, default=None, help="fewer blocks at full width, to fit fewer GPUs")
+    ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")
+    ap.add_argument("--mbs", type=int, default=1, help="sequences per GPU per step")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available() and not args.tiny
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    args.seq = args.seq or (64 if args.tiny else 8192)
+    mesh = parallel.build_mesh(device.type, world, 1)
+    results = {
+        "device": torch.cuda.get_device_name(device) if gpu else "cpu",
+        "world_size": world,
+        "torch": torch.__version__,
+        "seq": args.seq,
+        "mbs": args.mbs,
+        "layers": args.layers,
+        "runs": {},
+    }
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"{results['device']} x {world}, torch {torch.__version__}, seq {args.seq}, batch {args.mbs} per GPU",
+        flush=True)  # fmt: skip
+    for row in args.rows.split(","):
+        for variant in args.peers.split(","):
+            name = f"{row}:{variant}"
+            try:
+                r = bench(row, variant, args, device, mesh, world)
+            except torch.cuda.OutOfMemoryError as err:
+                r = {"error": f"out of memory: {str(err)[:160]}"}
+            except Exception as err:  # noqa: BLE001 - one peer failing (an import, say) leaves the others' rows
+                traceback.print_exc()
+                r = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+            results["runs"][name] = r
+            gc.collect()  # the variant's model and optimizer go with bench()'s frame
+            if gpu:
+                torch.cuda.empty_cache()
+            torch._dynamo.reset()  # each variant compiles its own blocks
+            say(f"  {name}: {json.dumps(r)}", flush=True)
+            if rank == 0 and os.environ.get("OUT"):  # after each variant: a call cut short keeps what ran
+                Path(os.environ["OUT"], "bench_throughput.json").write_text(
+                    json.dumps(results, indent=2) + "\n"
+                )
+    say(table(results))
+    dist.destroy_process_group()
+    return 0
+
+
+def table(results: dict) -> str:
+    lines = [
+        f"\n{results['device']} x {results['world_size']}, seq {results['seq']}, batch {results['mbs']} "
+        "per GPU" + (f", {results['layers']} blocks (reduced depth)" if results["layers"] else ""),
+        "| row | peer | ms/step | tokens/s/GPU | TFLOP/s/GPU (ours) | TFLOP/s/GPU (AMD's count) | peak GiB "
+        "| ours / torchtitan |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results["runs"].items():
+        row, peer = name.split(":")
+        if "ms" not in r:
+            lines.append(f"| {row} | {peer} | {r.get('skipped') or r.get('error')} | | | | | |")
+            continue
+        titan = results["runs"].get(f"{row}:titan", {})
+        ratio = "-"
+        if peer != "titan" and "ms" in titan:
+            ratio = f"{r['tokens_per_s_per_gpu'] / titan['tokens_per_s_per_gpu']:.2f}x"
+        t = r["tflops_per_gpu"]
+        lines.append(
+            f"| {row} | {peer} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:,.0f} | {flops.fmt(t['ours'])} "
+            f"| {flops.fmt(t['amd'])} | {r['peak_gib']:.1f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

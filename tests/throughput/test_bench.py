@@ -1,0 +1,32 @@
+"""perf/bench_throughput.py's logic on the CPU: 2 gloo ranks, 2-layer models of each row's family, ours (and
+torchtitan's where it is installed), the JSON and the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.throughput.test_command import ROOT, env
+
+
+def test_bench_tiny_runs_and_writes_json(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(ROOT / "perf" / "bench_throughput.py"), "--tiny", "--steps", "2", "--warmup", "1",
+           "--no-compile", "--rows", "llama8b-bf16,llama8b-fp8,mistral-bf16"]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env(), "OUT": str(tmp_path)}, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "bench_throughput.json").read_text())
+    runs = result["runs"]
+    assert result["world_size"] == 2 and result["seq"] == 64
+    for row in ("llama8b-bf16", "mistral-bf16"):
+        ours = runs[f"{row}:ours"]
+        assert ours["tokens_per_s_per_gpu"] > 0 and ours["tflops_per_gpu"]["amd"] > 0
+        assert 5.5 < ours["first_loss"] < 7.0  # ~ln(512): random weights, random tokens
+    assert "sliding window 32" in runs["mistral-bf16:ours"]["backends"]["attention"]
+    assert runs["llama8b-fp8:ours"] == {"skipped": "FP8 needs a GPU"}
+    titan = runs["llama8b-bf16:titan"]
+    assert "ms" in titan or titan == {"skipped": "torchtitan not importable"}
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("| mistral-bf16 | titan |")

@@ -1,0 +1,64 @@
+"""The two TFLOP/s accountings against values worked out by hand, AMD's published table and which of its GPUs
+a figure is set beside, the `--batch_size auto` extrapolation and the out-of-memory message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.llama.model import PRESETS
+from training.throughput import flops, published
+from training.throughput.config import load_model
+from training.throughput.run import does_not_fit, largest_batch
+
+LLAMA_8B = PRESETS["8b"]
+MISTRAL = load_model(
+    Path(__file__).resolve().parents[2] / "configs/throughput/mistral-7b-v0.1.json", "mistral"
+).shape
+
+
+def test_ours_per_token():
+    # Llama 3.1 8B at 8192: N without the input embedding = 7,504,924,672 (blocks 32 x 218,112,000 with their
+    # norms, final norm 4,096, output layer 525,336,576); attention 6 x 8192 x 4096 x 32 = 6,442,450,944
+    assert flops.ours(LLAMA_8B, 8192) == 6 * 7_504_924_672 + 6_442_450_944 == 51_471_998_976
+    # Mistral 7B at 8192, window 4096: N = 32 x 218,112,000 + 4,096 + 32000 x 4096 = 7,110,660,096; each query
+    # sees 4096 - 4096^2 / (2 x 8192) = 3072 keys on average: 12 x 3072 x 4096 x 32 = 4,831,838,208
+    assert flops.ours(MISTRAL, 8192) == 6 * 7_110_660_096 + 4_831_838_208 == 47_495_798_784
+    # at 4096 the window covers the sequence: plain causal attention, 6 x 4096 x 4096 x 32
+    assert flops.ours(MISTRAL, 4096) == 6 * 7_110_660_096 + 3_221_225_472
+
+
+def test_amds_per_token():
+    # AMD's matrices per layer: 3 x 4096 x 14336 + 4096 x (32 + 16) x 128 + 4096 x 32 x 128 = 218,103,808;
+    # x 32 layers + 4096 x 128256 (output layer) = 7,504,658,432; attention 12 x 32 x 8192 x 32 x 128
+    assert flops.amd(LLAMA_8B, 8192) == 6 * 7_504_658_432 + 12_884_901_888 == 57_912_852_480
+    assert flops.amd(LLAMA_8B, 8192) / flops.ours(LLAMA_8B, 8192) == pytest.approx(1.1251, abs=1e-4)
+    # Mistral: vocabulary 32000, attention over the whole window, 12 x 32 x 4096 x 4096
+    assert flops.amd(MISTRAL, 8192) == 6 * (32 * 218_103_808 + 4096 * 32000) + 6_442_450_944
+
+
+def test_published_rows_and_the_closest_gpu():
+    row = published.lookup("MI300X", "Llama 3.1 8B", "fp8", 8192)
+    assert (row.batch, row.value, row.config, row.model_type) == (3, 737.40, "llama-3.1-8b-8k.json", "llama")
+    assert published.lookup("MI325X", "FLUX.1-dev", "bf16", None) is None
+    assert published.reference_gpu("AMD Instinct MI325X", 256)[0] == "MI325X"
+    gpu, why = published.reference_gpu("NVIDIA H200", 139.8)
+    assert gpu == "MI300X" and "closest by peak BF16 rate and memory" in why
+    assert published.reference_gpu("AMD Instinct MI355X", 288)[0] == "MI325X"
+    assert published.reference_gpu("Mystery GPU", 250)[0] == "MI325X"
+    assert published.reference_gpu("CPU", None) == ("MI300X", "MI300X, for reference (no GPU here)")
+
+
+def test_auto_batch_extrapolates_the_peak():
+    # 20 GiB at batch 1, 30 at 2: 10 per sequence; 95 GiB usable -> 20 + 10 x (b - 1) <= 95 -> b = 8
+    assert largest_batch(20.0, 30.0, 95.0) == 8
+    assert largest_batch(20.0, 30.0, 15.0) == 1  # even batch 1 is over: the run itself will say so
+    assert largest_batch(20.0, 20.0, 95.0, limit=64) == 64
+
+
+def test_out_of_memory_names_the_batch_and_the_memory_asked_for():
+    oom = "CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    text = does_not_fit("Llama 3.1 70B", 4, "NVIDIA H200 (139.8 GiB, rank 0)", oom, 136.2)
+    assert text.startswith("Llama 3.1 70B does not fit at batch size 4 per GPU on NVIDIA H200 (139.8 GiB")
+    assert "asked for 3.91 GiB with 136.2 GiB already allocated" in text

@@ -1,0 +1,83 @@
+"""Mistral's sliding window in the shared Llama model: each query sees itself and the window - 1 tokens
+before it, against a reference computed one query at a time; and no window (or one no shorter than the
+sequence) leaves the model's output bit for bit as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.llama.model import Llama, LlamaShape, attention
+
+
+def reference(q, k, v, window: int) -> torch.Tensor:
+    """Softmax attention of each query over keys i - window < j <= i, in float64, one query at a time."""
+    b, s, heads, dim = q.shape
+    groups = heads // k.shape[2]
+    k, v = (t.double().repeat_interleave(groups, dim=2) for t in (k, v))
+    out = torch.zeros(b, s, heads, dim, dtype=torch.float64)
+    for i in range(s):
+        lo = max(0, i - window + 1)
+        scores = torch.einsum("bhd,bjhd->bhj", q[:, i].double(), k[:, lo : i + 1]) / dim**0.5
+        out[:, i] = torch.einsum("bhj,bjhd->bhd", scores.softmax(-1), v[:, lo : i + 1])
+    return out
+
+
+def test_windowed_attention_matches_the_reference_with_gqa():
+    torch.manual_seed(0)
+    q = torch.randn(2, 40, 4, 8, requires_grad=True)
+    k, v = (torch.randn(2, 40, 2, 8, requires_grad=True) for _ in range(2))
+    out = attention(q, k, v, "sdpa", window=7)
+    torch.testing.assert_close(out.double(), reference(q, k, v, 7), rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(reference(q, k, v, 7).square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_token_never_attends_beyond_4096_back():
+    """Mistral 7B's window: changing token 0's key and value moves queries 0-4095, not 4096 on."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4100, 1, 8) for _ in range(3))
+    before = attention(q, k, v, "sdpa", window=4096)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, 0], v2[:, 0] = 5.0, 5.0
+    after = attention(q, k2, v2, "sdpa", window=4096)
+    changed = (after - before).abs().amax(dim=(0, 2, 3)) > 0
+    assert changed[:4096].all() and not changed[4096:].any()
+
+
+@pytest.mark.parametrize("window", [None, 16, 64])
+def test_no_window_or_one_as_long_as_the_sequence_leaves_the_model_unchanged(window):
+    shape = LlamaShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_heads=4, num_kv_heads=2,
+                       vocab_size=64, max_seq_length=16)  # fmt: skip
+    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    plain = Llama(shape)
+    plain.init_weights()
+    torch.manual_seed(0)
+    windowed = Llama(shape.replace(sliding_window=window))
+    windowed.init_weights()
+    assert torch.equal(plain(tokens), windowed(tokens))
+    shorter = Llama(shape.replace(sliding_window=4))
+    shorter.load_state_dict(plain.state_dict())
+    assert not torch.equal(plain(tokens), shorter(tokens))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's flash kernel needs a GPU")
+def test_the_gpu_kernel_matches_the_band_mask():
+    """The GPU path (varlen_attn with a window, GQA) against the band mask on the CPU, both directions."""
+    from training.llama.model import TORCH_WINDOW_ATTENTION
+
+    if TORCH_WINDOW_ATTENTION is None:
+        pytest.skip(f"torch {torch.__version__} has no varlen_attn with a window")
+    torch.manual_seed(0)
+    shapes = [(2, 300, 8, 64), (2, 300, 2, 64), (2, 300, 2, 64)]
+    cpu = [torch.randn(s, requires_grad=True) for s in shapes]
+    gpu = [t.detach().cuda().bfloat16().requires_grad_() for t in cpu]
+    fast, slow = attention(*gpu, "sdpa", window=100), attention(*cpu, "sdpa", window=100)
+    torch.testing.assert_close(fast.float().cpu(), slow, rtol=2e-2, atol=2e-2)
+    fast.float().square().sum().backward()
+    slow.square().sum().backward()
+    for g, c in zip(gpu, cpu):
+        torch.testing.assert_close(g.grad.float().cpu(), c.grad, rtol=5e-2, atol=5e-2)

@@ -1,0 +1,18 @@
+"""The training-throughput suite (AMD's ROCm PyTorch training container, seed 002), as its users type it:
+
+    torchrun --nproc_per_node=8 train_fsdp.py configs/throughput/llama-3.1-8b-4k.json llama \
+        --batch_size 3 --enable_fp8 True
+    torchrun --nproc_per_node=8 train_fsdp.py configs/throughput/mistral-7b-v0.1.json mistral --batch_size 4
+    python train_fsdp.py --suite [--nproc_per_node 8] [--output_dir DIR]     # the seed's whole table
+
+`python train_fsdp.py --help` (or `--suite --help`) lists the flags; training/throughput/README.md says more.
+"""
+
+import sys
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--suite"]:
+        from training.throughput.suite import main
+    else:
+        from training.throughput.run import main
+    sys.exit(main(sys.argv[2:] if sys.argv[1:2] == ["--suite"] else sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""Llama 3.1 and Mistral 7B for the throughput suite: the shared Llama module (`training.llama.model`;
+Mistral is a Llama shape with a sliding window), the Llama runs' features in their fixed order
+(`training.llama.parallel.apply_features`: FP8 swap, activation checkpointing, compiled blocks, FSDP2 with
+bf16 compute and fp32 master weights), their AdamW and clip, and their one step
+(`training.llama.step.train_step`), fed synthetic tokens (random ids, as AMD's "synthesized dataset"), from
+random weights."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from training.fp8 import Fp8Settings, MlpLayout, choose_backend, reset_after_materialize
+from training.llama import optim, parallel
+from training.llama.model import (
+    MLP,
+    TORCH_WINDOW_ATTENTION,
+    Llama,
+    choose_attention,
+    compiled_cross_entropy,
+    cross_entropy,
+)
+from training.llama.step import Step, train_step
+from training.throughput import flops
+from training.throughput.config import ModelSpec, RunArgs
+from training.throughput.workload import Workload
+
+# torch.optim.AdamW's defaults, as AMD's script (constant lr); the throughput does not depend on them
+LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
+CLIP_NORM = 1.0
+
+
+def fp8_backend(requested: str) -> str:
+    """`auto`: Transformer Engine where importable, else ours (`native`, faster than torchao's on H100 and
+    H200: perf/RESULTS.md), else torchao where ours cannot run (MI300-class GPUs have no OCP FP8)."""
+    if requested != "auto":
+        return requested
+    try:
+        return choose_backend("te")
+    except ValueError:
+        pass
+    try:
+        return choose_backend("native")
+    except ValueError:
+        return "torchao"
+
+
+def describe_attention(backend: str, window: int | None, device: torch.device) -> str:
+    """What the model's `attention()` runs for this backend, window and device."""
+    if window is None:
+        return backend
+    if backend == "flash_attn":
+        how = "flash-attn"
+    elif device.type == "cuda" and TORCH_WINDOW_ATTENTION is not None:
+        how = "PyTorch's flash kernel (varlen_attn)"
+    else:
+        how = "SDPA with a band mask"
+    return f"{backend}; sliding window {window} through {how}"
+
+
+def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int) -> Workload:
+    shape = spec.shape
+    on_gpu = device.type == "cuda"
+    attention = choose_attention("auto", device)
+    with torch.device("meta" if on_gpu else device):  # on GPUs each rank allocates its shards only
+        model = Llama(shape, attention)
+    if not on_gpu:
+        model.init_weights()
+    fp8 = None
+    if args.enable_fp8:
+        fp8 = Fp8Settings(
+            backend=fp8_backend(args.fp8_backend),
+            gather_in_fp8=mesh is not None,
+            fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj"),
+        )
+    features = parallel.Features(
+        fp8=fp8,
+        activation_checkpointing=args.activation_checkpointing,
+        compile=args.enable_compile,
+        param_dtype=torch.bfloat16 if on_gpu else torch.float32,
+    )
+    fp8_hooks, applied = parallel.apply_features(model, mesh, features)
+    if on_gpu:
+        model.to_empty(device=device)
+        model.init_weights()
+        reset_after_materialize(model)
+    fp8_hooks.weights_changed(model)
+    optimizer, impl = optim.build_optimizer(model, LR, BETAS, EPS, WEIGHT_DECAY, fused=on_gpu)
+    # without FSDP (one process) bf16 comes from autocast, as in the Llama trainer
+    autocast = contextlib.nullcontext()
+    if on_gpu and applied["data_parallel"] == "off":
+        autocast = torch.autocast("cuda", torch.bfloat16)
+    step = Step(
+        model, optimizer, parallel.Parallelism(world, 1, 1, 1, world, args.grad_accum), device, mesh,
+        loss_fn=compiled_cross_entropy if args.enable_compile else cross_entropy,
+        autocast=autocast, fp8=fp8_hooks, clip_norm=CLIP_NORM,
+    )  # fmt: skip
+    seq = shape.max_seq_length
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    generator = torch.Generator(device=device).manual_seed(args.seed + rank)
+
+    def make_step(batch: int, accum: int):
+        """One optimizer step over `accum` micro-batches of `batch` random sequences (a pool of two,
+        made on the device beforehand, so that no data movement is timed)."""
+        pool = [
+            torch.randint(0, shape.vocab_size, (batch, seq + 1), device=device, generator=generator)
+            for _ in range(2)
+        ]
+        micro = [(rows[:, :-1], rows[:, 1:]) for rows in pool]
+
+        def run() -> torch.Tensor:
+            loss, _ = train_step(step, [micro[i % 2] for i in range(accum)], LR)
+            return loss
+
+        return run
+
+    precision = "bf16" if on_gpu else "fp32 (CPU)"
+    backends = {
+        "precision": f"{precision} compute, fp32 master weights, FP8 {'on' if fp8 else 'off'}",
+        "attention": describe_attention(attention, shape.sliding_window, device),
+        **applied,
+        "optimizer": f"AdamW ({impl}), clip {CLIP_NORM}",
+    }
+    return Workload(
+        name=spec.name,
+        unit="sequence",
+        tokens_per_item=seq,
+        flops_per_item={"ours": flops.ours(shape, seq) * seq, "amd": flops.amd(shape, seq) * seq},
+        accountings=flops.LLM_ACCOUNTINGS,
+        backends=backends,
+        make_step=make_step,
+        blocks=shape.num_layers,
+        seq=seq,
+        params=sum(p.numel() for p in model.parameters()),
+        compute=precision,
+    )

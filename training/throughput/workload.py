@@ -1,0 +1,25 @@
+"""What the measuring loop needs from a model family (`llm.build`, `flux.build`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Workload:
+    name: str
+    unit: str  # what one batch element is: "sequence" | "image"
+    tokens_per_item: int  # tokens of one sequence (image tokens + text tokens for FLUX)
+    flops_per_item: dict[str, float]  # accounting ("ours", "amd") -> model FLOPs per element (flops.py)
+    accountings: dict[str, str]  # accounting -> its formula, in words (printed beside its figure)
+    backends: dict[str, str]  # feature -> what was used (printed and recorded)
+    # make_step(batch, accumulation) -> a function running one optimizer step over `accumulation`
+    # iterations of `batch` elements per GPU, returning the step's loss (on the device)
+    make_step: Callable[[int, int], Callable[[], torch.Tensor]]
+    blocks: int  # transformer blocks (for the reduced-depth note)
+    seq: int | None  # sequence length (None for FLUX)
+    params: int
+    compute: str  # "bf16" on GPUs, "fp32 (CPU)"
