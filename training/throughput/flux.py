@@ -17,6 +17,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from training.common import dist
 from training.common.backends import importable
@@ -28,6 +29,7 @@ from training.throughput.workload import Workload
 
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-4, (0.9, 0.999), 1e-8, 0.01
 CLIP_NORM = 1.0
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 CLIP_WIDTH = 768  # the pooled CLIP embedding is `pooled_projection_dim` wide; T5's is `joint_attention_dim`
 
 
@@ -94,9 +96,17 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
     model.train()
     optimizer, impl = optim.build_optimizer(model, LR, BETAS, EPS, WEIGHT_DECAY, fused=on_gpu)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    autocast = contextlib.nullcontext()
-    if on_gpu and mesh is None:  # one process, no FSDP: bf16 through autocast
-        autocast = torch.autocast("cuda", torch.bfloat16)
+
+    def precision() -> contextlib.ExitStack:
+        """bf16 through autocast in one process (FSDP2 casts otherwise); on GPUs, flash or efficient
+        attention: cuDNN's attention backward fails on FLUX's shapes (H100, torch 2.11, 2026-11-25)."""
+        stack = contextlib.ExitStack()
+        if on_gpu and mesh is None:
+            stack.enter_context(torch.autocast("cuda", torch.bfloat16))
+        if on_gpu:
+            stack.enter_context(sdpa_kernel(SDPA_BACKENDS))
+        return stack
+
     t = cfg.transformer
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     generator = torch.Generator(device=device).manual_seed(args.seed + rank)
@@ -126,7 +136,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
                 noise = torch.randn(latents.shape, device=device, generator=generator)
                 time = torch.sigmoid(torch.randn(batch, device=device, generator=generator))  # logit-normal
                 noised = (1 - time[:, None, None]) * latents + time[:, None, None] * noise
-                with autocast:
+                with precision():
                     velocity = model(
                         hidden_states=noised, encoder_hidden_states=text, pooled_projections=pooled,
                         timestep=time, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance, return_dict=False,
@@ -146,6 +156,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         "precision": ("bf16" if on_gpu else "fp32 (CPU)") + " compute, fp32 master weights",
         "model": f"diffusers FluxTransformer2DModel, {n / 1e9:.2f} B parameters, {cfg.resolution} px images "
         f"({cfg.image_tokens} latent tokens) and {cfg.text_length} text tokens",
+        "attention": "SDPA: flash or memory-efficient (not cuDNN)" if on_gpu else "SDPA",
         **applied,
         "optimizer": f"AdamW ({impl}), clip {CLIP_NORM}",
     }
