@@ -20,6 +20,7 @@ import typing
 from pathlib import Path
 
 from training import benchmarks, fp8
+from training.common.files import write_text_atomic
 
 # Variables a config may set that the launchers, not the Python trainer, consume.
 LAUNCHER_VARS = frozenset(
@@ -288,9 +289,9 @@ def to_env_dict(cfg) -> dict[str, object]:
 def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
     """Write the effective config (and `extra`: derived values, versions, backends) as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    write_text_atomic(
+        path, json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n"
+    )
 
 
 def system_from_config_path(path: str | Path) -> str:
