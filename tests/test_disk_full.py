@@ -41,3 +41,16 @@ def test_the_md5_cache_on_a_full_disk_leaves_no_tmp(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=f"disk full writing {tmp_path / llama_verify.CACHE_NAME}"):
         llama_verify.check_md5(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "a.md5"]
+
+
+def test_an_indexed_dataset_cut_short_by_a_full_disk_leaves_no_tmp(tmp_path):
+    pytest.importorskip("megatron.core")
+    from input_preprocessing.llama.preprocess import write_indexed_dataset
+
+    def documents():
+        yield [1, 2, 3]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_indexed_dataset(documents(), tmp_path / "c4", vocab_size=100)
+    assert list(tmp_path.iterdir()) == []
