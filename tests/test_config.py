@@ -28,7 +28,7 @@ def test_values_are_typed_and_defaults_apply():
         ({"COMPILE": "maybe"}, "COMPILE='maybe'"),
         ({"ATTENTION": "fast"}, "ATTENTION='fast'"),
         ({"TARGET_MLM_ACCURACY": "72"}, "TARGET_MLM_ACCURACY=72.0"),
-        ({"BATCHSIZE": "0"}, "BATCHSIZE must be > 0"),
+        ({"BATCHSIZE": "0"}, "BATCHSIZE=0 must be > 0"),
         ({"RESIDUAL_DTYPE": "half"}, "RESIDUAL_DTYPE='half'"),
         ({"RESIDUAL_DTYPE": "bf16", "PRECISION": "fp32"}, "RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8"),
     ],

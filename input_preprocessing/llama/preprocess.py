@@ -134,18 +134,23 @@ def write_indexed_dataset(
     tmp = output_prefix.with_name(output_prefix.name + ".tmp")
     builder = IndexedDatasetBuilder(f"{tmp}.bin", dtype=DType.optimal_dtype(vocab_size))
     n_docs = n_tokens = 0
-    for ids in documents:
-        ids = np.asarray(ids)
-        if ids.size == 0:
-            continue
-        builder.add_document(ids, [ids.size])
-        n_docs += 1
-        n_tokens += ids.size
-    builder.finalize(f"{tmp}.idx")
-    if n_docs == 0:
-        raise ValueError(f"{output_prefix}: no non-empty documents to write")
-    os.replace(f"{tmp}.bin", f"{output_prefix}.bin")
-    os.replace(f"{tmp}.idx", f"{output_prefix}.idx")
+    try:
+        for ids in documents:
+            ids = np.asarray(ids)
+            if ids.size == 0:
+                continue
+            builder.add_document(ids, [ids.size])
+            n_docs += 1
+            n_tokens += ids.size
+        builder.finalize(f"{tmp}.idx")
+        if n_docs == 0:
+            raise ValueError(f"{output_prefix}: no non-empty documents to write")
+        os.replace(f"{tmp}.bin", f"{output_prefix}.bin")
+        os.replace(f"{tmp}.idx", f"{output_prefix}.idx")
+    finally:  # a failed write (a full disk) leaves no half-written .tmp files
+        builder.data_file.close()
+        for ext in (".bin", ".idx"):
+            Path(f"{tmp}{ext}").unlink(missing_ok=True)
     return {"documents": n_docs, "tokens": n_tokens}
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from training.common.files import write_text_atomic
+
 TRAIN_PREFIX = "c4-train.en_6_text_document"
 VALID_PREFIX = "c4-validation-91205-samples.en_text_document"
 VALID_DOCUMENTS = 91205
@@ -111,9 +113,7 @@ def check_md5(datadir: Path) -> tuple[list[str], int]:
                 cache.pop(rel, None)
             else:
                 cache[rel] = key
-            tmp = cache_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cache, indent=1) + "\n")
-            tmp.replace(cache_path)
+            write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     return problems, checked
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from input_preprocessing.bert.runtime import PrepError, log
 from input_preprocessing.llama2_70b_lora import hub, layout
+from input_preprocessing.sampled import KEY, sampled_sha256
 
 REPO_ID = "regisss/scrolls_gov_report_preprocessed_mlperf_2"
 REVISION = "21ff1233ee3e87bc780ab719c755170148aba1cb"  # the revision AMD's and NVIDIA's scripts pin
@@ -79,7 +80,8 @@ def convert(parquet: Path, npy: Path, rows: int, seq_length: int) -> dict:
     if bad:
         raise PrepError(f"{parquet}: {len(bad)} rows are not {seq_length} tokens long (first: row {bad[0]})")
     size = layout.save_rows(npy, data)
-    return {"file": npy.name, "rows": rows, "sequences": rows, "size": size, "md5": layout.md5_file(npy)}
+    return {"file": npy.name, "rows": rows, "sequences": rows, "size": size, "md5": layout.md5_file(npy),
+            KEY: sampled_sha256(npy)}  # fmt: skip
 
 
 def prepare(data_dir: Path, download_root: Path, remote: list[hub.RemoteFile], token: str | None) -> dict:

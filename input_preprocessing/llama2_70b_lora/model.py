@@ -16,6 +16,7 @@ from pathlib import Path
 
 from input_preprocessing.bert.runtime import PrepError, Progress, log, write_json_atomic
 from input_preprocessing.llama2_70b_lora import hub, layout
+from input_preprocessing.sampled import KEY, sampled_sha256
 
 REPO_ID = "meta-llama/Llama-2-70b-hf"
 PATTERNS = (
@@ -86,7 +87,7 @@ def prepare(model_dir: Path, revision: str, remote: list[hub.RemoteFile], token:
                 raise PrepError(
                     f"{path}: checksum mismatch: sha256 {got}, the Hub says {f.sha256}; removed, run again"
                 )
-        meta["files"][f.name] = {"size": f.size, "sha256": f.sha256}
+        meta["files"][f.name] = {"size": f.size, "sha256": f.sha256, KEY: sampled_sha256(path)}
         write_json_atomic(model_dir / META, meta)
         seconds = time.monotonic() - start
         log(f"[model] {f.name}: verified, {f.size / MIB / max(seconds, 1e-3):.0f} MiB/s")

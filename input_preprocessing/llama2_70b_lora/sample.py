@@ -30,6 +30,7 @@ from input_preprocessing.bert.runtime import PrepError
 from input_preprocessing.llama.preprocess import HFTokenizer
 from input_preprocessing.llama.sample import WIKI_SAMPLE, extract_articles, train_tokenizer
 from input_preprocessing.llama2_70b_lora import layout
+from input_preprocessing.sampled import KEY, sampled_sha256
 
 SPLIT_SEED = 1234
 SEPARATOR = "\n\nSummary:"
@@ -183,6 +184,7 @@ def make_sample(
             "target_tokens": int(sum(sum(row["loss_mask"]) for row in rows)),
             "size": size,
             "md5": layout.md5_file(path),
+            KEY: sampled_sha256(path),
         }
     meta["seconds"] = round(time.perf_counter() - start, 1)
     layout.write_meta(data_dir, meta)

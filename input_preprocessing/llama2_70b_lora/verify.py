@@ -8,13 +8,16 @@ of 8,192 tokens, NVIDIA's file sizes, Llama 2's 32,000 tokens), so files made by
 check too.
 
 Fast (default, and `--preflight`, which the benchmark's preflight runs; seconds): `train.npy` and
-`validation.npy` have their sizes, `.npy` headers and row counts; every row has exactly `input_ids`,
-`loss_mask` and `seq_start_id`, `seq_length` tokens, loss_mask values in {0, 1} (and some 1s in each split),
-seq_start_id starting at 0, increasing and inside the row, token ids inside the vocabulary; the model folder
-has `tokenizer.json` of that vocabulary and, for the MLCommons set, `config.json` with Llama 2 70B's shape
-and every safetensors file its index lists, each as long as its own header says (a cut-off download shows)
-and holding the tensors the index puts in it, at the size `model/meta.json` recorded. `--full` adds the
-checksums: the `.npy` md5s (for the MLCommons set, AMD's), the shards' sha256 (minutes for 138 GB).
+`validation.npy` have their sizes, the sha256 of their sampled blocks (`input_preprocessing.sampled`, where
+meta.json records them: bytes overwritten in place show), `.npy` headers and row counts; every row has
+exactly `input_ids`, `loss_mask` and `seq_start_id`, `seq_length` tokens, loss_mask values in {0, 1} (and
+some 1s in each split), seq_start_id starting at 0, increasing and inside the row, token ids inside the
+vocabulary; the model folder has `tokenizer.json` of that vocabulary and, for the MLCommons set,
+`config.json` with Llama 2 70B's shape and every safetensors file its index lists, each as long as its own
+header says (a cut-off download shows) and holding the tensors the index puts in it, at the size (and
+sampled blocks) `model/meta.json` recorded. Files without recorded sampled blocks (prepared before they
+were, or by AMD's or NVIDIA's scripts) are named in a note. `--full` adds the checksums: the `.npy` md5s
+(for the MLCommons set, AMD's), the shards' sha256 (minutes for 138 GB).
 Exit status 1 names every problem.
 """
 
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from input_preprocessing.llama2_70b_lora import govreport, layout, model
+from input_preprocessing.sampled import KEY, SKIPPED, sampled_sha256
 
 MAX_ROW_PROBLEMS = 5  # per file; then a count
 MAX_SAFETENSORS_HEADER = 100 << 20
@@ -77,6 +81,8 @@ def check_npy(path: Path, spec: dict, seq_length: int, vocab_size: int) -> list[
     size = path.stat().st_size
     if spec.get("size") is not None and size != spec["size"]:
         return [f"{path}: {size:,} bytes, expected {spec['size']:,} (truncated or modified)"]
+    if spec.get(KEY) and sampled_sha256(path) != spec[KEY]:
+        return [f"{path}: sampled blocks differ from {layout.META} (modified in place or corrupt)"]
     try:
         shape, dtype, _ = layout.read_header(path)
     except (ValueError, OSError) as err:
@@ -188,6 +194,8 @@ def check_recorded(model_dir: Path, full: bool) -> dict[str, str]:
         elif path.stat().st_size != rec["size"]:
             size = path.stat().st_size
             problems[name] = f"{path}: {size:,} bytes, the Hub's is {rec['size']:,} (truncated or modified)"
+        elif rec.get(KEY) and sampled_sha256(path) != rec[KEY]:
+            problems[name] = f"{path}: sampled blocks differ from {model.META} (modified in place or corrupt)"
         elif full and rec.get("sha256") and layout.sha256_file(path) != rec["sha256"]:
             problems[name] = f"{path}: checksum mismatch: sha256 differs from the Hub's {rec['sha256']}"
     return problems
@@ -250,6 +258,17 @@ def verify(datadir: Path, full: bool = False) -> list[str]:
     return check_data(data_dir, meta, full) + check_model(datadir / "model", meta, full)
 
 
+def unsampled(datadir: Path) -> list[str]:
+    """The data and model files whose sampled blocks no meta.json records."""
+    try:
+        meta = layout.read_meta(datadir / "data") or mlperf_meta()
+    except ValueError:
+        return []
+    names = [f"data/{spec['file']}" for spec in meta["splits"].values() if not spec.get(KEY)]
+    recorded = model.read_meta(datadir / "model").get("files", {})
+    return names + [f"model/{name}" for name, rec in recorded.items() if not rec.get(KEY)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m input_preprocessing.llama2_70b_lora.verify",
@@ -267,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = verify(args.datadir, args.full)
     for problem in problems:
         print(f"verify: {problem}", file=sys.stderr)
+    skipped = [] if args.full else unsampled(args.datadir)
+    if skipped:
+        print(f"verify: note: no sampled-block checksums recorded for {', '.join(skipped)}: {SKIPPED}")
     print(
         f"verify: {args.datadir}: {'FAILED' if problems else 'OK'} ({'full' if args.full else 'fast'} check)"
     )

@@ -14,6 +14,7 @@ import pytest
 
 from input_preprocessing.bert.verify import main as verify_main
 from input_preprocessing.bert.verify import verify
+from input_preprocessing.sampled import BLOCK, block_offsets
 from tests.bert_data.helpers import DUMP, REPO, data_digests, prepare, prepare_subprocess
 
 SMALL_RUN = ("--packed-data", "--shards", "4", "--eval-samples", "200", "--jobs", "1")
@@ -162,16 +163,54 @@ def test_verify_names_damaged_missing_extra_and_identical_shards(tmp_path, packe
     assert "part_00002: missing" in capsys.readouterr().err
 
 
-def test_verify_full_catches_a_changed_byte_that_fast_misses(tmp_path, packed_run):
+def overwrite_tokens(shard: Path, sampled: bool) -> None:
+    """Change 8 bytes of one row's token ids in place (by 1 each: the HDF5 still reads and the ids stay in
+    the vocabulary), inside one of the blocks the fast check samples, or (`sampled` false) between them."""
+    raw = shard.read_bytes()
+    blocks = [(start, start + BLOCK) for start in block_offsets(len(raw))]
+    with h5py.File(shard) as f:
+        for ids in f["input_ids"][1:]:  # not the first row, whose digest the manifest holds
+            at = raw.index(np.asarray(ids).tobytes()) + 64
+            if any(lo <= at and at + 8 <= hi for lo, hi in blocks) == sampled:
+                break
+    with open(shard, "r+b") as f:
+        f.seek(at)
+        f.write(bytes(b ^ 1 for b in raw[at : at + 8]))
+    assert shard.stat().st_size == len(raw)
+
+
+def test_verify_catches_bytes_overwritten_in_place(tmp_path, packed_run, capsys):
+    """Token ids overwritten in place, the shard's size and HDF5 structure kept: the fast check re-hashes the
+    sampled blocks and names the shard; damage between the sampled blocks is left to the full check."""
     root = tmp_path / "data"
     shutil.copytree(packed_run, root)
-    with open(root / "phase1" / "vocab.txt", "r+b") as f:
-        f.seek(-2, 2)
-        f.write(b"X")
+    shard = root / "hdf5" / "packed_data" / "part_00001"
+    overwrite_tokens(shard, sampled=True)
+    damaged = (
+        "hdf5/packed_data/part_00001: sampled blocks differ from the manifest (modified in place or corrupt)"
+    )
+    assert verify(root) == [damaged] and verify(root, full=True) == [damaged]
+    assert verify_main([str(root), "--preflight"]) == 1
+    assert "part_00001: sampled blocks differ" in capsys.readouterr().err
+    shutil.copyfile(packed_run / "hdf5" / "packed_data" / "part_00001", shard)
+    overwrite_tokens(shard, sampled=False)
     assert verify(root) == []
     assert verify(root, full=True) == [
-        "phase1/vocab.txt: sha256 differs from the manifest (modified or corrupt)"
+        "hdf5/packed_data/part_00001: sha256 differs from the manifest (modified or corrupt)"
     ]
+
+
+def test_a_manifest_without_sampled_blocks_still_verifies_with_a_note(tmp_path, packed_run, capsys):
+    """Data prepared before sampled blocks were recorded: the fast check passes, saying what it skipped."""
+    root = tmp_path / "data"
+    shutil.copytree(packed_run, root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        del entry["sampled_sha256"]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    assert verify(root) == []
+    assert verify_main([str(root), "--preflight"]) == 0
+    assert "the sampled-block check was skipped" in capsys.readouterr().out
 
 
 def test_verify_identical_shards(tmp_path, packed_run):

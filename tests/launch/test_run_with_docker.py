@@ -248,3 +248,12 @@ def test_podman(docker_launch):
     assert docker_launch.calls("docker") == []
     progs = {c.prog for c in docker_launch.calls() if c.prog != "python"}
     assert progs == {"podman"}
+
+
+def test_check_compliance_0_skips_the_checker_and_other_values_are_refused(launch):
+    result = launch.run(NEXP="2", CHECK_COMPLIANCE="0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert launch.module_calls("training.scoring.compliance") == []
+    assert "CHECK_COMPLIANCE=0: compliance check not run" in result.stdout
+    result = launch.run(CHECK_COMPLIANCE="yes")
+    assert result.returncode == 2 and "CHECK_COMPLIANCE=yes: expected 0 or 1" in result.stderr

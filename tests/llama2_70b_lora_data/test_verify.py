@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from input_preprocessing.llama2_70b_lora import layout, verify
+from input_preprocessing.sampled import KEY, sampled_sha256
 from tests.llama2_70b_lora_data.conftest import word_tokenizer, write_fake_model
 
 SEQ, VOCAB = 8, 50
@@ -23,7 +24,8 @@ def good_rows(n: int) -> list[dict]:
 def write_split(folder, split, rows, meta) -> None:
     path = folder / "data" / f"{split}.npy"
     size = layout.save_rows(path, rows)
-    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": layout.md5_file(path)}
+    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": layout.md5_file(path),
+                             KEY: sampled_sha256(path)}  # as data preparation records it  # fmt: skip
     layout.write_meta(folder / "data", meta)
 
 
@@ -58,7 +60,7 @@ def test_a_truncated_file_is_caught(sample_dir, capsys):
                                         f"{path.stat().st_size + 40:,} (truncated or modified)"]  # fmt: skip
     assert verify.main([str(sample_dir), "--preflight"]) == 1
     assert "truncated" in capsys.readouterr().err
-    set_meta(sample_dir, train__size=None)  # without a recorded size, unpickling catches it
+    set_meta(sample_dir, train__size=None, train__sampled_sha256=None)  # unrecorded: unpickling catches it
     (problem,) = verify.verify(sample_dir)
     assert problem.startswith(f"{path}: unreadable, truncated or corrupt")
 
@@ -98,13 +100,30 @@ def test_many_bad_rows_are_counted_and_no_targets_is_a_problem(sample_dir):
     assert any("validation.npy: no token has loss_mask 1" in p for p in verify.verify(sample_dir))
 
 
-def test_full_catches_a_changed_byte_of_the_same_size(sample_dir):
-    path = sample_dir / "data" / "train.npy"
+def change_a_token(path) -> None:
     data = bytearray(path.read_bytes())
     at = bytes(data).find(np.arange(SEQ, dtype=np.int32).tobytes())
     data[at] = 7  # token 0 -> 7: still a valid file of the same size
     path.write_bytes(bytes(data))
+
+
+def test_fast_catches_a_changed_byte_of_the_same_size(sample_dir, capsys):
+    path = sample_dir / "data" / "train.npy"
+    change_a_token(path)
+    assert verify.verify(sample_dir) == [
+        f"{path}: sampled blocks differ from meta.json (modified in place or corrupt)"
+    ]
+    assert verify.main([str(sample_dir), "--preflight"]) == 1
+    assert "train.npy: sampled blocks differ" in capsys.readouterr().err
+
+
+def test_without_recorded_blocks_fast_notes_the_skip_and_full_catches_a_changed_byte(sample_dir, capsys):
+    set_meta(sample_dir, train__sampled_sha256=None)
+    path = sample_dir / "data" / "train.npy"
+    change_a_token(path)
     assert verify.verify(sample_dir) == []
+    assert verify.main([str(sample_dir), "--preflight"]) == 0
+    assert "no sampled-block checksums recorded for data/train.npy" in capsys.readouterr().out
     (problem,) = verify.verify(sample_dir, full=True)
     assert problem.startswith(f"{path}: checksum mismatch: md5")
 
@@ -180,4 +199,13 @@ def test_sizes_recorded_at_download_are_checked(mlperf_dir):
     assert verify.verify(mlperf_dir) == []
     assert verify.verify(mlperf_dir, full=True) == [
         f"{shard}: checksum mismatch: sha256 differs from the Hub's {'0' * 64}"
+    ]
+    meta["files"][shard.name][KEY] = sampled_sha256(shard)  # as the download records it
+    (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
+    assert verify.verify(mlperf_dir) == []
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # a byte of a tensor, overwritten in place
+    shard.write_bytes(bytes(data))
+    assert verify.verify(mlperf_dir) == [
+        f"{shard}: sampled blocks differ from meta.json (modified in place or corrupt)"
     ]

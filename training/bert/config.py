@@ -19,31 +19,36 @@ RESIDUAL_DTYPES = ("fp32", "bf16")
 class BertConfig(RunSettings):
     PRECISIONS = ("auto", "fp32", "bf16", "fp16", "fp8")
     BATCH_VAR = "BATCHSIZE"  # config_<SYSTEM>_<NODES>x<GPUS>x<BATCHSIZE>
+    BENCHMARK_NAME = "bert"
 
     datadir: Path = var("DATADIR", help="prepared data: phase1/, hdf5/packed_data, hdf5/eval_varlength")
-    batch_size: int = var("BATCHSIZE", help="packed rows per GPU per micro-step")
-    lr: float = var("LR", help="LAMB base learning rate")
-    max_steps: int = var("MAX_STEPS", help="length of the LR schedule in optimizer steps")
-    gradient_steps: int = var("GRADIENT_STEPS", 1)
-    packing_factor: float = var("PACKING_FACTOR", 2.0, help="average sequences per packed row")
-    warmup_proportion: float = var("WARMUP_PROPORTION", 0.0)
-    warmup_steps: int = var("WARMUP_STEPS", 0)
-    start_warmup_step: int = var("START_WARMUP_STEP", 0)
-    beta1: float = var("OPT_LAMB_BETA_1", 0.9)
-    beta2: float = var("OPT_LAMB_BETA_2", 0.999)
-    weight_decay: float = var("WEIGHT_DECAY_RATE", 0.01)
-    lamb_epsilon: float = var("OPT_LAMB_EPSILON", 1e-6)
-    max_grad_norm: float = var("MAX_GRAD_NORM", 1.0)
-    max_samples_termination: int = var("MAX_SAMPLES_TERMINATION", 4_500_000)
-    eval_iter_start_samples: int = var("EVAL_ITER_START_SAMPLES", 150_000)
-    eval_iter_samples: int = var("EVAL_ITER_SAMPLES", 150_000)
-    eval_batch_size: int = var("EVAL_BATCH_SIZE", 16, help="eval sequences per GPU per forward")
-    num_eval_examples: int = var("NUM_EVAL_EXAMPLES", 10_000)
-    target_accuracy: float = var("TARGET_MLM_ACCURACY", OFFICIAL_TARGET)
-    max_seq_length: int = var("MAX_SEQ_LENGTH", 512)
-    max_predictions_per_seq: int = var("MAX_PREDICTIONS_PER_SEQ", 76)
-    phase: int = var("PHASE", 2)
-    init_loss_scale: float = var("INIT_LOSS_SCALE", 1024.0, help="initial loss scale (fp16 only)")
+    batch_size: int = var("BATCHSIZE", help="packed rows per GPU per micro-step", bounds="> 0")
+    lr: float = var("LR", help="LAMB base learning rate", bounds="> 0")
+    max_steps: int = var("MAX_STEPS", help="length of the LR schedule in optimizer steps", bounds="> 0")
+    gradient_steps: int = var("GRADIENT_STEPS", 1, bounds="> 0")
+    packing_factor: float = var(
+        "PACKING_FACTOR", 2.0, help="average sequences per packed row", bounds="[1, 3]"
+    )
+    warmup_proportion: float = var("WARMUP_PROPORTION", 0.0, bounds="[0, 1]")
+    warmup_steps: int = var("WARMUP_STEPS", 0, bounds=">= 0")
+    start_warmup_step: int = var("START_WARMUP_STEP", 0, bounds=">= 0")
+    beta1: float = var("OPT_LAMB_BETA_1", 0.9, bounds="[0, 1)")
+    beta2: float = var("OPT_LAMB_BETA_2", 0.999, bounds="[0, 1)")
+    weight_decay: float = var("WEIGHT_DECAY_RATE", 0.01, bounds=">= 0")
+    lamb_epsilon: float = var("OPT_LAMB_EPSILON", 1e-6, bounds="> 0")
+    max_grad_norm: float = var("MAX_GRAD_NORM", 1.0, bounds="> 0")
+    max_samples_termination: int = var("MAX_SAMPLES_TERMINATION", 4_500_000, bounds="> 0")
+    eval_iter_start_samples: int = var("EVAL_ITER_START_SAMPLES", 150_000, bounds=">= 0")
+    eval_iter_samples: int = var("EVAL_ITER_SAMPLES", 150_000, bounds="> 0")
+    eval_batch_size: int = var("EVAL_BATCH_SIZE", 16, help="eval sequences per GPU per forward", bounds="> 0")
+    num_eval_examples: int = var("NUM_EVAL_EXAMPLES", 10_000, bounds="> 0")
+    target_accuracy: float = var("TARGET_MLM_ACCURACY", OFFICIAL_TARGET, bounds="(0, 1)")
+    max_seq_length: int = var("MAX_SEQ_LENGTH", 512, bounds="> 0")
+    max_predictions_per_seq: int = var("MAX_PREDICTIONS_PER_SEQ", 76, bounds="> 0")
+    phase: int = var("PHASE", 2, bounds="[1, 2]")
+    init_loss_scale: float = var(
+        "INIT_LOSS_SCALE", 1024.0, help="PRECISION=fp16: the dynamic loss scale's first value", bounds="> 0"
+    )
     bert_config_path: Path | None = var(
         "BERT_CONFIG_PATH", None, help="default DATADIR/phase1/bert_config.json"
     )
@@ -67,12 +72,7 @@ class BertConfig(RunSettings):
 
     def __post_init__(self):
         problems = self.shared_problems()
-        positive = ("batch_size", "max_steps", "gradient_steps", "eval_iter_samples", "eval_batch_size",
-                    "num_eval_examples", "max_samples_termination")  # fmt: skip
         env = env_names(type(self))
-        problems += [f"{env[name]} must be > 0" for name in positive if getattr(self, name) <= 0]
-        if not 0 < self.target_accuracy < 1:
-            problems.append(f"TARGET_MLM_ACCURACY={self.target_accuracy} must be in (0, 1)")
         choices = {"attention": ATTENTION_CHOICES, "residual_dtype": RESIDUAL_DTYPES,
                    "compile_mode": COMPILE_MODES}  # fmt: skip
         problems += [f"{env[name]}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
@@ -81,8 +81,6 @@ class BertConfig(RunSettings):
             problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
-        if not 1 <= self.packing_factor <= 3:
-            problems.append(f"PACKING_FACTOR={self.packing_factor} must be between 1 and 3 sequences per row")
         if problems:
             raise ConfigError("; ".join(problems))
 

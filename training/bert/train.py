@@ -70,6 +70,7 @@ def main() -> int:
               "data_parallel": "ddp" if info.world_size > 1 else "none",
               "residual_dtype": cfg.residual_dtype,
               "compile": cfg.compile_mode if cfg.compile else "none",
+              "loss_scale": f"dynamic from {cfg.init_loss_scale}" if precision == "fp16" else "none",
               "platform": backends.platform_name()}  # fmt: skip
     for key, value in chosen.items():
         mllog.event(f"backend_{key}", value)
@@ -83,7 +84,10 @@ def main() -> int:
         extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
                  "versions": backends.versions(), "available": backends.available()}  # fmt: skip
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
-    warm_up(train_model, optimizer, cfg, autocast, info)
+    warm_up(
+        train_model, optimizer, cfg, autocast, info, loss_scaler(precision, cfg.init_loss_scale, info.device)
+    )
+    scaler = loss_scaler(precision, cfg.init_loss_scale, info.device)
     eval_steps = set(cfg.eval_steps(info.world_size))
     max_steps = cfg.max_train_steps(info.world_size)
     dist.barrier()
@@ -113,7 +117,7 @@ def main() -> int:
             lr_group["lr"] = poly_warmup_lr(
                 step, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step
             )
-        loss = train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info)
+        loss = train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info, scaler)
         finite &= torch.isfinite(loss)
         step += 1
         samples += gbs
@@ -161,20 +165,33 @@ def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp
     return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts)
 
 
-def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo) -> torch.Tensor:
+def loss_scaler(precision: str, init_scale: float, device: torch.device) -> torch.amp.GradScaler:
+    """fp16: a dynamic loss scale from `init_scale` (INIT_LOSS_SCALE), so that small gradients do not flush to
+    zero in float16; a step whose gradients overflow is skipped and the scale halved. Other precisions: off
+    (the scaler passes the loss and the step through)."""
+    return torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=precision == "fp16")
+
+
+NO_LOSS_SCALE = torch.amp.GradScaler("cpu", enabled=False)
+
+
+def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo,
+               scaler: torch.amp.GradScaler = NO_LOSS_SCALE) -> torch.Tensor:  # fmt: skip
     """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss."""
     for micro in range(gradient_steps):
         batch = next(batches).to(info.device)
         sync = micro == gradient_steps - 1 or info.world_size == 1
         with nullcontext() if sync else model.no_sync(), autocast():
             loss = pretraining_loss(*model(batch), batch)
-        (loss / gradient_steps).backward()
-    optimizer.step()
+        scaler.scale(loss / gradient_steps).backward()
+    scaler.step(optimizer)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return loss.detach()
 
 
-def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, steps: int = 2) -> None:
+def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, scaler: torch.amp.GradScaler,
+            steps: int = 2) -> None:  # fmt: skip
     """Untimed, before run_start (as NVIDIA does): compile the model and optimizer on synthetic rows with
     LR 0, so the weights do not move, then clear the optimizer state. A no-op unless COMPILE=1."""
     if not cfg.compile:
@@ -184,7 +201,8 @@ def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, st
     for group in optimizer.param_groups:
         group["lr"] = 0.0
     for _ in range(steps):
-        train_step(model, optimizer, iter([batch] * cfg.gradient_steps), cfg.gradient_steps, autocast, info)
+        train_step(model, optimizer, iter([batch] * cfg.gradient_steps), cfg.gradient_steps, autocast, info,
+                   scaler)  # fmt: skip
     optimizer.state.clear()
     optimizer.reset_step()
 

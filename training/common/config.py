@@ -1,9 +1,9 @@
 """Benchmark configs: sourced `export NAME=value` shell files, read here once into a frozen dataclass.
 
-Each benchmark declares its variables as dataclass fields made with `var("ENV_NAME", default)`. `from_env`
-converts every value by the field's type, collects all problems (missing, malformed, unknown names with the
-closest known name suggested) and raises one `ConfigError` naming each variable. Nothing else in the
-package reads `os.environ`.
+Each benchmark declares its variables as dataclass fields made with `var("ENV_NAME", default)`, every number
+with its range (`bounds`). `from_env` converts every value by the field's type, collects all problems
+(missing, malformed, out of range, unknown names with the closest known name suggested) and raises one
+`ConfigError` naming each variable. Nothing else in the package reads `os.environ`.
 """
 
 from __future__ import annotations
@@ -19,19 +19,21 @@ import types
 import typing
 from pathlib import Path
 
-from training import fp8
+from training import benchmarks, fp8
+from training.common.files import write_text_atomic
 
 # Variables a config may set that the launchers, not the Python trainer, consume.
 LAUNCHER_VARS = frozenset(
     "BENCHMARK CONFIG_FILE CONT CONT_NAME CONTAINER_RUNTIME DATADIR LOGDIR NEXP CLEAR_CACHES DGXSYSTEM "
-    "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG MLPERF_RULESET CHECK_COMPLIANCE "
-    "MASTER_ADDR MASTER_PORT LOGDIR_MB_PER_RUN".split()
+    "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG CHECK_COMPLIANCE MASTER_ADDR "
+    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO".split()
 )
-# Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...).
+# Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...); one
+# of these names that is close to a known variable is still taken for a typo of it.
 PASSTHROUGH_PREFIXES = (
     "NCCL_", "RCCL_", "HIP_", "HSA_", "ROCM_", "ROCBLAS_", "MIOPEN_", "AMD_", "GPU_", "CUDA_", "CUBLAS",
     "CUDNN_", "NVTE_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "OMP_", "MKL_", "UCX_", "GLOO_",
-    "SBATCH_", "SLURM_", "PYTHON", "TE_", "MLPERF_",
+    "SBATCH_", "SLURM_", "PYTHON", "TE_",
 )  # fmt: skip
 
 
@@ -39,10 +41,32 @@ class ConfigError(ValueError):
     """A config problem; the message names every offending variable."""
 
 
-def var(env: str, default=dataclasses.MISSING, help: str = "", aliases: tuple[str, ...] = ()):
+def var(
+    env: str, default=dataclasses.MISSING, help: str = "", aliases: tuple[str, ...] = (), bounds: str = ""
+):
     """A config field read from environment variable `env` (required when no default is given).
-    `aliases`: other vendors' names for the same setting (e.g. NVIDIA's `LR` for AMD's `MAX_LR`)."""
-    return dataclasses.field(default=default, metadata={"env": env, "help": help, "aliases": tuple(aliases)})
+    `aliases`: other vendors' names for the same setting (e.g. NVIDIA's `LR` for AMD's `MAX_LR`).
+    `bounds`: where a number must lie, as "> 0", ">= 0" or an interval "[0, 1)"; floats must be finite too."""
+    meta = {"env": env, "help": help, "aliases": tuple(aliases), "bounds": bounds}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def bound_problem(name: str, value: float | None, bounds: str) -> str | None:
+    """`NAME=value must be ...` when the number `value` is not finite or lies outside `bounds` (see `var`)."""
+    if value is None or not bounds:
+        return None
+    if bounds.startswith(">"):
+        low = float(bounds.lstrip(">= "))
+        inside = value >= low if bounds.startswith(">=") else value > low
+        rule = bounds
+    else:
+        low, high = (float(x) for x in bounds[1:-1].split(","))
+        above = low <= value if bounds[0] == "[" else low < value
+        inside = above and (value <= high if bounds[-1] == "]" else value < high)
+        rule = f"in {bounds}"
+    if not math.isfinite(value):
+        return f"{name}={value} must be a finite number {rule}"
+    return None if inside else f"{name}={value} must be {rule}"
 
 
 def _lookup(f: dataclasses.Field, environ: typing.Mapping[str, str]) -> tuple[str, str | None, list[str]]:
@@ -65,14 +89,22 @@ class RunSettings:
 
     PRECISIONS: typing.ClassVar[tuple[str, ...]] = ("auto", "fp32", "bf16", "fp8")
     BATCH_VAR: typing.ClassVar[str] = ""  # the variable the third number of DGXSYSTEM's NxGxB names
+    BENCHMARK_NAME: typing.ClassVar[str] = ""  # its row in training.benchmarks
 
-    seed: int | None = var("SEED", None, help="run seed; drawn at random when unset")
-    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks")
+    seed: int | None = var(
+        "SEED", None, help="run seed; drawn at random when unset", bounds="[0, 2147483648)"
+    )
+    log_freq: int = var("LOG_FREQ", 50, help="steps between loss lines and NaN checks", bounds="> 0")
     org: str = var("MLPERF_SUBMISSION_ORG", "reference_implementation")
     platform: str = var("MLPERF_SUBMISSION_PLATFORM", "unknown")
+    ruleset: str | None = var(
+        "MLPERF_RULESET",
+        None,
+        help="when set, must be the ruleset the benchmark table scores this benchmark by",
+    )
     system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
-    num_nodes: int = var("DGXNNODES", 1)
-    gpus_per_node: int = var("DGXNGPU", 1)
+    num_nodes: int = var("DGXNNODES", 1, bounds="> 0")
+    gpus_per_node: int = var("DGXNGPU", 1, bounds="> 0")
     precision: str = var(
         "PRECISION",
         "auto",
@@ -108,9 +140,10 @@ class RunSettings:
         return "fp8" if self.fp8_switch else self.precision
 
     def shared_problems(self) -> list[str]:
-        """The checks of the shared variables, each naming its variable."""
-        counts = {"LOG_FREQ": self.log_freq, "DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node}
-        problems = [f"{name}={value} must be > 0" for name, value in counts.items() if value <= 0]
+        """The checks of the shared variables and the range of every number, each naming its variable."""
+        bounds = [bound_problem(f.metadata["env"], getattr(self, f.name), f.metadata["bounds"])
+                  for f in dataclasses.fields(self)]  # fmt: skip
+        problems = [problem for problem in bounds if problem]
         for name, value, choices in (
             ("PRECISION", self.precision, self.PRECISIONS),
             ("FP8_BACKEND", self.fp8_backend, fp8.BACKENDS),
@@ -122,8 +155,11 @@ class RunSettings:
             problems.append(f"FP8=1 (bf16 with FP8 matmuls) contradicts PRECISION={self.precision}")
         if self.fp8_switch is False and self.precision == "fp8":
             problems.append("FP8=0 contradicts PRECISION=fp8")
-        if self.seed is not None and not 0 <= self.seed < 2**31:
-            problems.append(f"SEED={self.seed} must be in [0, 2^31)")
+        name = self.BENCHMARK_NAME
+        ruleset = benchmarks.BENCHMARKS[name].ruleset if name else None
+        if self.ruleset and ruleset and self.ruleset != ruleset:
+            problems.append(f"MLPERF_RULESET={self.ruleset}: {name} is scored under ruleset {ruleset} here "
+                            "(training/benchmarks.py); unset it or set it to that")  # fmt: skip
         return problems
 
     def scale_problems(self, world_size: int | None = None) -> list[str]:
@@ -152,13 +188,6 @@ def env_names(cls) -> dict[str, str]:
 def env_fields(cls) -> dict[str, str]:
     """Environment variable name -> field name, for a config dataclass."""
     return {f.metadata["env"]: f.name for f in dataclasses.fields(cls)}
-
-
-def finite_problems(values: dict[str, float], positive: bool = True) -> list[str]:
-    """Each number that is not finite (or, with `positive`, not > 0), named."""
-    bad = "must be a finite number > 0" if positive else "must be a finite number"
-    return [f"{name}={value} {bad}" for name, value in values.items()
-            if not math.isfinite(value) or (positive and value <= 0)]  # fmt: skip
 
 
 def describe(cls) -> str:
@@ -233,9 +262,11 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
     known = set(env_names(cls).values()) | LAUNCHER_VARS
     known |= {alias for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
     for name in config_vars:
-        if name in known or name.startswith(PASSTHROUGH_PREFIXES):
+        if name in known:
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        if name.startswith(PASSTHROUGH_PREFIXES) and not difflib.get_close_matches(name, known, cutoff=0.8):
+            continue  # a library's variable, not a misspelt one of ours
         hint = f" (did you mean {close[0]}?)" if close else ""
         problems.append(f"{name}: not a variable of this benchmark{hint}")
     if problems:
@@ -258,9 +289,9 @@ def to_env_dict(cfg) -> dict[str, object]:
 def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
     """Write the effective config (and `extra`: derived values, versions, backends) as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    write_text_atomic(
+        path, json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n"
+    )
 
 
 def system_from_config_path(path: str | Path) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training import benchmarks
-from training.common.config import ConfigError, RunSettings, finite_problems, var
+from training.common.config import ConfigError, RunSettings, var
 from training.llama.parallel import Parallelism, feature_problems, layout
 
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
@@ -29,6 +29,8 @@ OFFICIAL = {"target": BENCHMARK.target, "max_seq_length": 8192, "lora_rank": 16}
 
 @dataclass(frozen=True, kw_only=True)
 class LoraConfig(RunSettings):
+    BENCHMARK_NAME = "llama2_70b_lora"
+
     datadir: Path = var(
         "DATADIR", help="folder with data/{train,validation}.npy and model/ (Llama 2 70B, HF)"
     )
@@ -36,26 +38,40 @@ class LoraConfig(RunSettings):
     init_checkpoint: str = var(
         "INIT_CHECKPOINT", "model", help="'model': load MODEL's weights; 'none': random base weights (perf)"
     )
-    minibs: int = var("MINIBS", help="sequences per GPU per optimizer step (GBS = MINIBS x GPUs)")
-    micro_batch_size: int = var("MBS", 1, help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",))
-    lr: float = var("LR", help="peak learning rate (cosine to 0 over MAX_STEPS)", aliases=("MAX_LR",))
-    max_steps: int = var("MAX_STEPS", 1024, help="optimizer steps: the LR horizon and the run's limit")
-    skip_evals: int | None = var(
-        "SKIP_EVALS", None, help="evaluations skipped before the first (default floor(0.125 x GBS + 2))"
+    minibs: int = var(
+        "MINIBS", help="sequences per GPU per optimizer step (GBS = MINIBS x GPUs)", bounds="> 0"
     )
-    val_check_interval: int = var("VAL_CHECK_INTERVAL", 384, help="samples between evaluations")
-    target: float = var("TARGET", BENCHMARK.target, help="validation loss to reach")
-    lora_rank: int = var("LORA_DIM", 16, aliases=("LORA_RANK",))
-    lora_alpha: float = var("LORA_ALPHA", 32.0)
-    lora_dropout: float = var("LORA_DROPOUT", 0.1)
-    weight_decay: float = var("WEIGHT_DECAY", 1e-4)
-    clip_norm: float = var("GRADIENT_CLIP_VAL", 0.3, help="gradient clipping by global norm")
-    seq_length: int = var("MAX_SEQLEN", 8192, help="rows of the data are this long", aliases=("SEQ_LENGTH",))
+    micro_batch_size: int = var(
+        "MBS", 1, help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",), bounds="> 0"
+    )
+    lr: float = var(
+        "LR", help="peak learning rate (cosine to 0 over MAX_STEPS)", aliases=("MAX_LR",), bounds="> 0"
+    )
+    max_steps: int = var(
+        "MAX_STEPS", 1024, help="optimizer steps: the LR horizon and the run's limit", bounds="> 0"
+    )
+    skip_evals: int | None = var(
+        "SKIP_EVALS",
+        None,
+        help="evaluations skipped before the first (default floor(0.125 x GBS + 2))",
+        bounds=">= 0",
+    )
+    val_check_interval: int = var("VAL_CHECK_INTERVAL", 384, help="samples between evaluations", bounds="> 0")
+    target: float = var("TARGET", BENCHMARK.target, help="validation loss to reach", bounds="> 0")
+    lora_rank: int = var("LORA_DIM", 16, aliases=("LORA_RANK",), bounds="> 0")
+    lora_alpha: float = var("LORA_ALPHA", 32.0, bounds="> 0")
+    lora_dropout: float = var("LORA_DROPOUT", 0.1, bounds="[0, 1)")
+    weight_decay: float = var("WEIGHT_DECAY", 1e-4, bounds=">= 0")
+    clip_norm: float = var("GRADIENT_CLIP_VAL", 0.3, help="gradient clipping by global norm", bounds="> 0")
+    seq_length: int = var(
+        "MAX_SEQLEN", 8192, help="rows of the data are this long", aliases=("SEQ_LENGTH",), bounds="> 0"
+    )
     num_layers: int | None = var(
         "NUM_LAYERS",
         None,
         help="fewer blocks than the checkpoint's (perf only)",
         aliases=("OVERWRITTEN_NUM_LAYERS",),
+        bounds="> 0",
     )
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8"
@@ -70,6 +86,7 @@ class LoraConfig(RunSettings):
         "ACL",
         None,
         help="with ACTIVATION_CHECKPOINTING: recompute only the first ACL blocks (AMD's MI300X: 21)",
+        bounds=">= 0",
     )
     reshard_after_forward: bool = var(
         "RESHARD_AFTER_FORWARD", True, help="0: keep blocks gathered to backward"
@@ -78,7 +95,7 @@ class LoraConfig(RunSettings):
     warmup: bool = var(
         "WARMUP", True, help="untimed synthetic training and validation steps before run_start"
     )
-    warmup_train_steps: int = var("WARMUP_TRAIN_STEPS", 5)
+    warmup_train_steps: int = var("WARMUP_TRAIN_STEPS", 5, bounds=">= 0")
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
     adamw_impl: str = var(
         "ADAMW_IMPL", "auto", help="auto (GPUs: ours in Triton where it matches torch's) | torch"
@@ -86,29 +103,12 @@ class LoraConfig(RunSettings):
 
     def __post_init__(self):
         problems = self.shared_problems()
-        positive = {"MINIBS": self.minibs, "MBS": self.micro_batch_size, "MAX_STEPS": self.max_steps,
-                    "VAL_CHECK_INTERVAL": self.val_check_interval, "LORA_DIM": self.lora_rank,
-                    "MAX_SEQLEN": self.seq_length}  # fmt: skip
-        problems += [f"{name}={value} must be > 0" for name, value in positive.items() if value <= 0]
-        problems += finite_problems({"LR": self.lr, "TARGET": self.target, "LORA_ALPHA": self.lora_alpha,
-                                     "GRADIENT_CLIP_VAL": self.clip_norm})  # fmt: skip
-        problems += finite_problems({"WEIGHT_DECAY": self.weight_decay}, positive=False)
-        if self.weight_decay < 0:
-            problems.append(f"WEIGHT_DECAY={self.weight_decay} must be >= 0")
-        if not 0 <= self.lora_dropout < 1:
-            problems.append(f"LORA_DROPOUT={self.lora_dropout} must be in [0, 1)")
+        if problems:  # the checks below divide by these numbers
+            raise ConfigError("; ".join(problems))
         if self.minibs % self.micro_batch_size:
             problems.append(f"MINIBS={self.minibs} is not a multiple of MBS={self.micro_batch_size}")
-        if self.skip_evals is not None and self.skip_evals < 0:
-            problems.append(f"SKIP_EVALS={self.skip_evals} must be >= 0")
-        if self.num_layers is not None and self.num_layers <= 0:
-            problems.append(f"NUM_LAYERS={self.num_layers} must be > 0")
-        if self.checkpoint_layers is not None and (
-            self.checkpoint_layers < 0 or not self.activation_checkpointing
-        ):
-            problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1 and a count >= 0")
-        if self.warmup_train_steps < 0:
-            problems.append(f"WARMUP_TRAIN_STEPS={self.warmup_train_steps} must be >= 0")
+        if self.checkpoint_layers is not None and not self.activation_checkpointing:
+            problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1")
         if self.fp8_weights and not (self.fp8 and self.fp8_backend == "native"):
             problems.append("FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native")
         if self.init_checkpoint not in ("model", "none"):

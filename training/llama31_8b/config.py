@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training import benchmarks, fp8
-from training.common.config import ConfigError, RunSettings, finite_problems, var
+from training.common.config import ConfigError, RunSettings, var
 from training.llama.model import PRESETS, LlamaShape
 from training.llama.parallel import Parallelism, feature_problems, layout
 
@@ -41,12 +41,15 @@ ATTENTIONS = ("auto", "sdpa", "flash_attn")
 
 @dataclass(frozen=True, kw_only=True)
 class LlamaPretrainConfig(RunSettings):
+    BENCHMARK_NAME = "llama31_8b"
     # (the third number of AMD's and NVIDIA's Llama config names is not MBS: MI355X_1x8x1 has MBS 2)
     datadir: Path = var("DATADIR", help="folder with the preprocessed C4 .bin/.idx files")
-    gbs: int = var("GBS", help="sequences per optimizer step", aliases=("GLOBAL_BATCH_SIZE",))
-    micro_batch_size: int = var("MBS", help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",))
-    max_lr: float = var("MAX_LR", help="peak learning rate", aliases=("LR",))
-    warmup_steps: int = var("WARMUP_STEPS", help="linear warm-up, optimizer steps")
+    gbs: int = var("GBS", help="sequences per optimizer step", aliases=("GLOBAL_BATCH_SIZE",), bounds="> 0")
+    micro_batch_size: int = var(
+        "MBS", help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",), bounds="> 0"
+    )
+    max_lr: float = var("MAX_LR", help="peak learning rate", aliases=("LR",), bounds="> 0")
+    warmup_steps: int = var("WARMUP_STEPS", help="linear warm-up, optimizer steps", bounds=">= 0")
     train_prefix: str = var(
         "TRAIN_DATA_PREFIX", "c4-train.en_6_text_document", help="under DATADIR, or absolute"
     )
@@ -57,33 +60,44 @@ class LlamaPretrainConfig(RunSettings):
         help="writable; default <tmp>/llama31_8b_npy_index",
         aliases=("NPY_INDEX_DIR",),
     )
-    max_steps: int = var("MAX_STEPS", OFFICIAL["max_steps"], help="cosine horizon in optimizer steps")
-    eval_every: int = var("EVAL_EVERY", OFFICIAL["eval_every"], help="samples between evaluations")
-    start_eval_at: int = var(
-        "START_EVAL_AT", 0, help="first evaluation after this many samples (0: EVAL_EVERY)"
+    max_steps: int = var(
+        "MAX_STEPS", OFFICIAL["max_steps"], help="cosine horizon in optimizer steps", bounds="> 0"
     )
-    eval_samples: int = var("EVAL_SAMPLES", OFFICIAL["eval_samples"], aliases=("VAL_SAMPLES",))
+    eval_every: int = var(
+        "EVAL_EVERY", OFFICIAL["eval_every"], help="samples between evaluations", bounds="> 0"
+    )
+    start_eval_at: int = var(
+        "START_EVAL_AT", 0, help="first evaluation after this many samples (0: EVAL_EVERY)", bounds=">= 0"
+    )
+    eval_samples: int = var("EVAL_SAMPLES", OFFICIAL["eval_samples"], aliases=("VAL_SAMPLES",), bounds="> 0")
     target: float = var(
-        "TARGET", OFFICIAL["target"], help="validation log-perplexity to reach", aliases=("TARGET_LOG_PPL",)
+        "TARGET",
+        OFFICIAL["target"],
+        help="validation log-perplexity to reach",
+        aliases=("TARGET_LOG_PPL",),
+        bounds="> 0",
     )
     max_samples_termination: int | None = var(
         "MAX_SAMPLES_TERMINATION",
         None,
         help="end the run 'aborted' after this many samples (default MAX_STEPS x GBS)",
+        bounds="> 0",
     )
-    seq_length: int = var("SEQ_LENGTH", OFFICIAL["seq_length"], aliases=("MAX_SEQUENCE_LENGTH",))
+    seq_length: int = var(
+        "SEQ_LENGTH", OFFICIAL["seq_length"], aliases=("MAX_SEQUENCE_LENGTH",), bounds="> 0"
+    )
     model_size: str = var("MODEL_SIZE", "8b", help="preset: " + " | ".join(PRESETS), aliases=("SIZE",))
     num_layers: int | None = var(
-        "NUM_LAYERS", None, help="override the preset", aliases=("OVERWRITTEN_NUM_LAYERS",)
+        "NUM_LAYERS", None, help="override the preset", aliases=("OVERWRITTEN_NUM_LAYERS",), bounds="> 0"
     )
-    hidden_size: int | None = var("HIDDEN_SIZE", None)
-    ffn_hidden_size: int | None = var("FFN_HIDDEN_SIZE", None)
-    num_attention_heads: int | None = var("NUM_ATTENTION_HEADS", None)
-    num_query_groups: int | None = var("NUM_QUERY_GROUPS", None, help="KV heads")
-    vocab_size: int | None = var("VOCAB_SIZE", None)
-    tp: int = var("TENSOR_MODEL_PARALLEL_SIZE", 1, aliases=("TP", "TENSOR_MODEL_PARALLEL"))
-    pp: int = var("PIPELINE_MODEL_PARALLEL_SIZE", 1, aliases=("PP", "PIPELINE_MODEL_PARALLEL"))
-    cp: int = var("CONTEXT_PARALLEL_SIZE", 1, aliases=("CP", "CONTEXT_PARALLEL"))
+    hidden_size: int | None = var("HIDDEN_SIZE", None, bounds="> 0")
+    ffn_hidden_size: int | None = var("FFN_HIDDEN_SIZE", None, bounds="> 0")
+    num_attention_heads: int | None = var("NUM_ATTENTION_HEADS", None, bounds="> 0")
+    num_query_groups: int | None = var("NUM_QUERY_GROUPS", None, help="KV heads", bounds="> 0")
+    vocab_size: int | None = var("VOCAB_SIZE", None, bounds="> 0")
+    tp: int = var("TENSOR_MODEL_PARALLEL_SIZE", 1, aliases=("TP", "TENSOR_MODEL_PARALLEL"), bounds="> 0")
+    pp: int = var("PIPELINE_MODEL_PARALLEL_SIZE", 1, aliases=("PP", "PIPELINE_MODEL_PARALLEL"), bounds="> 0")
+    cp: int = var("CONTEXT_PARALLEL_SIZE", 1, aliases=("CP", "CONTEXT_PARALLEL"), bounds="> 0")
     fp8_recipe: str = var("FP8_RECIPE", "tensorwise", help="torchao recipe: tensorwise | rowwise")
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER",
@@ -104,31 +118,15 @@ class LlamaPretrainConfig(RunSettings):
         "SYNTHETIC_WARMUP_STEPS",
         0,
         help="forward+backward passes on random tokens before run_start (compiles; no weight update)",
+        bounds=">= 0",
     )
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
-    num_workers: int = var("NUM_WORKERS", 2, help="training data loader processes per rank")
+    num_workers: int = var("NUM_WORKERS", 2, help="training data loader processes per rank", bounds=">= 0")
 
     def __post_init__(self):
         problems = self.shared_problems()
-        positive = {
-            "GBS": self.gbs,
-            "MBS": self.micro_batch_size,
-            "MAX_STEPS": self.max_steps,
-            "EVAL_EVERY": self.eval_every,
-            "EVAL_SAMPLES": self.eval_samples,
-            "SEQ_LENGTH": self.seq_length,
-            "TENSOR_MODEL_PARALLEL_SIZE": self.tp,
-            "PIPELINE_MODEL_PARALLEL_SIZE": self.pp,
-            "CONTEXT_PARALLEL_SIZE": self.cp,
-        }
-        problems += [f"{name}={value} must be > 0" for name, value in positive.items() if value <= 0]
-        problems += finite_problems({"MAX_LR": self.max_lr, "TARGET": self.target})
-        if not 0 <= self.warmup_steps < self.max_steps:
+        if self.warmup_steps >= self.max_steps:
             problems.append(f"WARMUP_STEPS={self.warmup_steps} must be in [0, MAX_STEPS={self.max_steps})")
-        if min(self.start_eval_at, self.num_workers, self.synthetic_warmup_steps) < 0:
-            problems.append("START_EVAL_AT, NUM_WORKERS and SYNTHETIC_WARMUP_STEPS must be >= 0")
-        if self.max_samples_termination is not None and self.max_samples_termination <= 0:
-            problems.append(f"MAX_SAMPLES_TERMINATION={self.max_samples_termination} must be > 0")
         for name, value, choices in (
             ("MODEL_SIZE", self.model_size, tuple(PRESETS)),
             ("FP8_RECIPE", self.fp8_recipe, fp8.RECIPES),
