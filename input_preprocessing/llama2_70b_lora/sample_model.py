@@ -1,5 +1,5 @@
 """The CPU default's base model: a tiny Llama 2 (2 blocks, hidden 64) pretrained for a minute on the sample's
-training rows (every token scored: plain language modelling), then saved as a Hugging Face checkpoint
+training rows (plain language modelling of the articles' text; the summaries are not scored), then saved as a Hugging Face checkpoint
 (`config.json` + `model.safetensors`, Hugging Face's names) into OUTPUTDIR/model, so that the LoRA run
 fine-tunes a model that knows the text, through the same loading path as the 70B's.
 
@@ -43,6 +43,9 @@ def make_base_model(
     seq, vocab = meta["seq_length"], meta["vocab_size"]
     rows = np.load(data_dir / "train.npy", allow_pickle=True)
     ids = torch.tensor(np.stack([np.asarray(r["input_ids"], dtype=np.int64) for r in rows]))
+    # the base learns the articles' text but never the task: the summaries' tokens (loss_mask 1) are not
+    # scored, so that the fine-tuning has something to learn that carries over to held-out articles
+    text = torch.tensor(np.stack([np.asarray(r["loss_mask"]) == 0 for r in rows]))
     model_dir.mkdir(parents=True, exist_ok=True)
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **SHAPE, "vocab_size": vocab,
               "max_position_embeddings": seq, "tie_word_embeddings": False, "hidden_act": "silu",
@@ -59,7 +62,8 @@ def make_base_model(
         for group in optimizer.param_groups:
             group["lr"] = optim.cosine_with_warmup(step, lr, 20, steps, lr / 10)
         pick = order[(step * batch + torch.arange(batch)) % len(ids)]
-        loss = cross_entropy(model(ids[pick, :-1]), ids[pick, 1:])
+        labels = ids[pick, 1:].masked_fill(~text[pick, 1:], -100)
+        loss = cross_entropy(model(ids[pick, :-1]), labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
