@@ -117,3 +117,27 @@ def test_names_amd_and_nvidia_use_are_read_and_typos_are_named():
         ConfigError, match="LORA_ALPA: not a variable of this benchmark .did you mean LORA_ALPHA"
     ):
         LoraConfig.from_env({**BASE, "DATADIR": "/data"}, ["LR", "LORA_ALPA"])
+
+
+@pytest.mark.parametrize(
+    "config", sorted((ROOT / "configs" / "llama2_70b_lora").glob("config_*.sh")), ids=lambda p: p.name
+)
+def test_shipped_configs_parse_and_fit_their_node(config):
+    """Every shipped config sources cleanly in a bare environment, names itself, and is a valid LoraConfig:
+    the GPU ones with the rules' values (GBS 8, rank 16, sequence 8192, target 0.925, FP8); the CPU default
+    with its deviations named."""
+    bare = {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run(["bash", "-c", f'set -a; source "{config}"; env -0'], env=bare, capture_output=True,
+                         check=True).stdout.decode()  # fmt: skip
+    env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    names = subprocess.run(["bash", "-c", f'source "{config}" && compgen -e'], env=bare, capture_output=True,
+                           text=True, check=True).stdout.split()  # fmt: skip
+    names = [n for n in names if n not in ("PATH", "PWD", "SHLVL", "_", "OLDPWD")]
+    cfg = LoraConfig.from_env({**env, "DATADIR": "/data"}, names)
+    assert env["BENCHMARK"] == "llama2_70b_lora" and env["DGXSYSTEM"] == config.stem.removeprefix("config_")
+    assert cfg.scale_problems(cfg.world_size()) == []
+    if cfg.is_cpu_demo:
+        assert cfg.deviations(False) and cfg.target != 0.925
+    else:
+        assert cfg.global_batch_size(8) == 8 and cfg.fp8 and cfg.deviations(True) == []
+        assert cfg.eval_steps(8) == (192, 48) and 0.0003 <= cfg.lr <= 0.0006

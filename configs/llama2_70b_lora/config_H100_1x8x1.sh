@@ -1,0 +1,18 @@
+# shellcheck shell=bash
+# Llama 2 70B LoRA on 1 node x 8 H100: NVIDIA's v4.1 schedule (config_DGXH100_1x8x4xtp4pp1cp1.sh: LR 4e-4 over 800 steps) without its tensor parallelism.
+# Not yet run on 8 GPUs by this toolkit (one-GPU measurements: perf/RESULTS.md).
+# Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
+#   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
+export BENCHMARK=llama2_70b_lora
+# The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
+export DGXNNODES=1 DGXNGPU=8 WALLTIME=60
+# GBS 8 (MINIBS 1 x 8 GPUs), cosine from LR to 0 over MAX_STEPS, evaluations every 384 samples after 3 skipped.
+export MINIBS=1 MBS=1 LR=0.0004 MAX_STEPS=800 SKIP_EVALS=3 VAL_CHECK_INTERVAL=384
+# FP8 matmuls in the blocks (Transformer Engine where the image has it, else our native FP8), FSDP2 over the
+# 8 GPUs gathering the frozen weights in FP8, untimed synthetic warm-up steps before run_start.
+export PRECISION=fp8 FP8_BACKEND=auto FP8_PARAM_GATHER=1 WARMUP=1 WARMUP_TRAIN_STEPS=5
+export ACTIVATION_CHECKPOINTING=1  # 80 GB per GPU: every block recomputed (~10 GB of saved inputs at 8192 tokens)
+export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=H100
