@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from perf.bench_llama import time_steps  # noqa: E402  (CUDA events on a GPU, wall clock on the CPU)
 from training.common.backends import importable  # noqa: E402
 from training.llama import parallel  # noqa: E402
 from training.llama.model import LlamaShape  # noqa: E402
@@ -184,26 +185,6 @@ def titan_step(row: str, shape: LlamaShape, args, device, world: int):
         "data_parallel": f"FSDP2 over {world} ranks" if world > 1 else "off (autocast bf16)",
     }
     return step, backends
-
-
-def time_steps(step, warmup: int, steps: int, device) -> list[float]:
-    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
 
 
 def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
