@@ -463,7 +463,7 @@ install_traps() {
 # The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
 # exits with the verdict.
 run_experiments() {
-  local k tag seed rc tee_rc failures=() first
+  local k tag seed rc tee_rc score_rc=0 failures=() first
   first=$(next_index)
   _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
   mkfifo "${_fifo_dir}/output"
@@ -509,8 +509,13 @@ run_experiments() {
   if ((_restore_pending)); then restore_tunables; fi
 
   echo "Scoring: ${_py} -m training.scoring ${_in_logdir}"
-  run_inside -- "${_py}" -m training.scoring "${_in_logdir}" ||
-    failures+=("scoring of ${LOGDIR} failed (exit $?), see ${LOGDIR}/summary.md")
+  run_inside -- "${_py}" -m training.scoring "${_in_logdir}" || score_rc=$?
+  # the scorer's exit 1: the summary was written and a run does not count; anything else: no summary
+  if ((score_rc == 1)); then
+    failures+=("scoring of ${LOGDIR}: not every run counts (exit 1), see ${LOGDIR}/summary.md")
+  elif ((score_rc != 0)); then
+    failures+=("scoring of ${LOGDIR} failed (exit ${score_rc}): no summary written, its error is above")
+  fi
   if ((${#failures[@]} > 0)); then
     echo "${RUNNER}: ${#failures[@]} problem(s):" >&2
     printf '  - %s\n' "${failures[@]}" >&2

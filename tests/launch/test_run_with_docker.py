@@ -74,6 +74,15 @@ def test_a_failed_compliance_check_fails_the_invocation(launch):
 def test_a_failed_score_fails_the_invocation(launch):
     result = launch.run(FAKE_SCORING_RC="1")
     assert result.returncode == 1 and "scoring of" in result.stderr
+    assert f"see {launch.logdir}/summary.md" in result.stderr
+
+
+def test_a_summary_that_was_not_written_is_not_pointed_to(launch):
+    result = launch.run(FAKE_SCORING_RC="2")
+    assert result.returncode == 1
+    failed = f"scoring of {launch.logdir} failed (exit 2): no summary written, its error is above"
+    assert failed in result.stderr
+    assert "summary.md" not in result.stderr + result.stdout
 
 
 def test_a_failed_preflight_starts_no_run(launch):

@@ -2,7 +2,8 @@
 
 Scores the MLPerf logs in LOGDIR (time to train, olympic mean, RCP check and normalization), writes
 summary.md, summary.json and eval_accuracy.png into LOGDIR (or --out) and prints the markdown.
-Exits 1 when a run failed or is incomplete, or when there are no logs.
+Exit status: 0 when every run converged, 1 when one did not (the summary lists why), 2 when no summary was
+written (no logs, or it could not be written: the error names the file).
 """
 
 import argparse
@@ -27,9 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         summary = score_logdir(args.logdir, args.ruleset)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(write_summary(summary, args.out or args.logdir), end="")
+        markdown = write_summary(summary, args.out or args.logdir)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(markdown, end="")
     return 0 if summary["ok"] else 1
 
 
