@@ -414,12 +414,18 @@ restore_tunables() {
   fi
 }
 
-describe_exit() {
-  case $1 in
-    1) echo "not converged" ;;
-    2) echo "config or data error" ;;
-    *) echo "crashed" ;;
-  esac
+# describe_run TAG RC: why trial TAG failed: the trainer's own outcome (training.common.outcome reads the
+# LOGDIR/<TAG>.outcome*.json its ranks wrote), since torchrun exits 1 for any failed worker; without one, the
+# exit status (2: run_and_time.sh refused its settings).
+describe_run() {
+  local verdict
+  if verdict=$(run_inside -- "${_py}" -m training.common.outcome "${_in_logdir}/$1.log"); then
+    echo "${verdict}"
+  elif (($2 == 2)); then
+    echo "exit 2, config error (named above in the log)"
+  else
+    echo "exit $2, the trainer wrote no outcome (killed, or it failed before starting): see its log"
+  fi
 }
 
 # Why a trial's log could not be written: a full LOGDIR (with what df says is free), or tee's own error.
@@ -502,7 +508,7 @@ run_experiments() {
       fi
       break
     fi
-    ((rc == 0)) || failures+=("trial ${k} (${_log}): exit ${rc}, $(describe_exit "${rc}")")
+    ((rc == 0)) || failures+=("trial ${k} (${_log}): $(describe_run "${tag}" "${rc}")")
     run_inside -- "${_py}" -m training.scoring.compliance "${_in_logdir}/${tag}.log" ||
       failures+=("trial ${k} (${_log}): compliance check failed (exit $?), see ${LOGDIR}/${tag}.compliance.txt")
   done

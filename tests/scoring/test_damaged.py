@@ -95,3 +95,18 @@ def test_the_summary_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsy
     assert f"could not write {tmp_path / 'eval_accuracy.png'}" in err and "No space left" in err
     assert {p.name: p.read_bytes() for p in tmp_path.glob("summary.*")} == before
     assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
+
+
+def test_a_failed_run_is_named_by_its_outcome_file(tmp_path):
+    """Issue 19, item 3: the trainer's own outcome says why a run did not converge."""
+    three_good(tmp_path)
+    write_log(tmp_path / "bert_x_4.log", bert_log_lines(drop=("run_stop",)))
+    record = {"status": "data_error", "detail": "part_00003 unreadable", "rank": 0, "time": 1.0}
+    (tmp_path / "bert_x_4.outcome.json").write_text(json.dumps(record))
+    write_log(tmp_path / "bert_x_5.log", bert_log_lines(status="aborted"))
+    (tmp_path / "bert_x_5.outcome.json").write_text("{")
+    s = score_logdir(tmp_path)
+    assert row(s, "bert_x_4.log")["verdict"] == "data error: part_00003 unreadable"
+    assert row(s, "bert_x_4.log")["outcome"] == {"status": "data_error", "detail": "part_00003 unreadable"}
+    assert row(s, "bert_x_5.log")["verdict"] == "not converged (aborted)"
+    assert any("bert_x_5.outcome.json: not a run outcome" in note for note in s["notes"]), s["notes"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from training.common import outcome
+from training.common.outcome import Outcome
+
 from .checkers import RcpResult, rcp_check
 from .compliance import check_compliance
 from .rules import BENCHMARKS, rules_for
@@ -55,17 +58,30 @@ def _first_error(messages: list[str]) -> str:
     return next((m for m in messages if m.startswith(("ERROR", "WARNING", "compliance checker error"))), "")
 
 
-def verdict(run: Run, compliant: bool, messages: list[str], ruleset: str) -> str:
-    """Why a run counts as converged or not, in the words of the summary's verdict column."""
+def verdict(run: Run, compliant: bool, messages: list[str], ruleset: str, ended: Outcome | None) -> str:
+    """Why a run counts as converged or not, in the words of the summary's verdict column. The log decides;
+    where it says the run did not converge, the trainer's own outcome (`ended`) says why, if it wrote one."""
     if run.damaged:
-        return f"damaged log: {'; '.join(run.problems[:3])}" + ("; ..." if len(run.problems) > 3 else "")
-    if not run.converged:
-        return "not converged" + ("" if run.status == INCOMPLETE else f" ({run.status})")
-    if run.minutes is None:
+        why = f"damaged log: {'; '.join(run.problems[:3])}" + ("; ..." if len(run.problems) > 3 else "")
+    elif not run.converged:
+        why = "not converged" + ("" if run.status == INCOMPLETE else f" ({run.status})")
+    elif run.minutes is None:
         return "not converged (run_stop without run_start)"
-    if not compliant:
+    elif not compliant:
         return f"fails the compliance checker (training_{ruleset}): {_first_error(messages)}"
-    return "converged"
+    else:
+        return "converged"
+    if ended is None or ended.status == "converged":
+        return why
+    return ended.describe() + (f" ({why})" if run.damaged else "")
+
+
+def _outcome(run: Run, notes: list[str]) -> Outcome | None:
+    try:
+        return outcome.read(run.path)
+    except ValueError as err:
+        notes.append(f"{err}: ignored.")
+        return None
 
 
 def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
@@ -89,7 +105,8 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
     for run in runs:
         target = rules.target if run.target_accuracy is None else run.target_accuracy
         compliant, messages = _compliance(run, ruleset)
-        why = verdict(run, compliant, messages, ruleset)
+        ended = _outcome(run, notes)
+        why = verdict(run, compliant, messages, ruleset, ended)
         rows.append(
             {
                 "log": run.path.name,
@@ -107,6 +124,7 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
                 "compliant": compliant,
                 "compliance_messages": messages,
                 "problems": run.problems,
+                "outcome": {"status": ended.status, "detail": ended.detail} if ended else None,
                 "evals": [[metadata.get(rules.samples_key), value] for metadata, value in run.evals],
             }
         )
