@@ -22,6 +22,7 @@ class Run:
     target_accuracy: float | None = None  # our trainers (and NVIDIA's) log it; MLCommons' result files do not
     max_sequence_length: int | None = None
     throughput: float | None = None  # value.throughput of the last tracked_stats line
+    submission: dict[str, str] = field(default_factory=dict)  # submission_org, _division, _status, _platform
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
     evals: list[tuple[dict, float]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what makes the log damaged, each naming its line
@@ -90,6 +91,8 @@ def _read_record(run: Run, record) -> None:
 
     if key == "submission_benchmark":
         run.benchmark = value
+    elif key.startswith("submission_"):
+        run.submission[key.removeprefix("submission_")] = str(value)
     elif key == "global_batch_size":
         run.global_batch_size = number(value)
     elif key == "target_accuracy":
