@@ -110,3 +110,13 @@ def test_a_failed_run_is_named_by_its_outcome_file(tmp_path):
     assert row(s, "bert_x_4.log")["outcome"] == {"status": "data_error", "detail": "part_00003 unreadable"}
     assert row(s, "bert_x_5.log")["verdict"] == "not converged (aborted)"
     assert any("bert_x_5.outcome.json: not a run outcome" in note for note in s["notes"]), s["notes"]
+
+
+def test_only_run_logs_without_mllog_lines_are_runs(tmp_path):
+    three_good(tmp_path)
+    (tmp_path / "bert_x_4.log").write_text(
+        "Beginning trial 4 of 4\n"
+    )  # a run that died before its first line
+    (tmp_path / "nccl_debug_0.log").write_text("NCCL INFO ...\n")  # not a run's
+    runs = [r["log"] for r in score_logdir(tmp_path)["runs"]]
+    assert runs == ["bert_x_4.log", "result_0.txt", "result_1.txt", "result_2.txt"]

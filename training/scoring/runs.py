@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .rules import BENCHMARKS
+
 TOKEN = ":::MLLOG "
 INCOMPLETE = "incomplete/crashed"  # status of a log without run_stop
 
@@ -120,7 +122,7 @@ def _natural_key(path: Path) -> list:
 
 # The names a run's log has: MLCommons' result_<i>.txt and our launchers' <benchmark>_<system>_<i>.log. A file
 # so named is a run even with no :::MLLOG line (a trainer that died at start, a log cut off at zero bytes).
-RUN_LOG_NAME = re.compile(r"result_\d+\.txt|.+_\d+\.log")
+RUN_LOG_NAME = re.compile(rf"result_\d+\.txt|({'|'.join(map(re.escape, BENCHMARKS))})_.+_\d+\.log")
 
 
 def find_logs(logdir: Path) -> list[Path]:
