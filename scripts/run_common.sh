@@ -416,12 +416,18 @@ restore_tunables() {
   fi
 }
 
-describe_exit() {
-  case $1 in
-    1) echo "not converged" ;;
-    2) echo "config or data error" ;;
-    *) echo "crashed" ;;
-  esac
+# describe_run TAG RC: why trial TAG failed: the trainer's own outcome (training.common.outcome reads the
+# LOGDIR/<TAG>.outcome*.json its ranks wrote), since torchrun exits 1 for any failed worker; without one, the
+# exit status (2: run_and_time.sh refused its settings).
+describe_run() {
+  local verdict
+  if verdict=$(run_inside -- "${_py}" -m training.common.outcome "${_in_logdir}/$1.log"); then
+    echo "${verdict}"
+  elif (($2 == 2)); then
+    echo "exit 2, config error (named above in the log)"
+  else
+    echo "exit $2, the trainer wrote no outcome (killed, or it failed before starting): see its log"
+  fi
 }
 
 # Why a trial's log could not be written: a full LOGDIR (with what df says is free), or tee's own error.
@@ -465,7 +471,7 @@ install_traps() {
 # The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
 # exits with the verdict.
 run_experiments() {
-  local k tag seed rc tee_rc failures=() first
+  local k tag seed rc tee_rc score_rc=0 failures=() first
   first=$(next_index)
   _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
   mkfifo "${_fifo_dir}/output"
@@ -504,7 +510,7 @@ run_experiments() {
       fi
       break
     fi
-    ((rc == 0)) || failures+=("trial ${k} (${_log}): exit ${rc}, $(describe_exit "${rc}")")
+    ((rc == 0)) || failures+=("trial ${k} (${_log}): $(describe_run "${tag}" "${rc}")")
     if ((CHECK_COMPLIANCE == 0)); then
       echo "CHECK_COMPLIANCE=0: compliance check not run for ${_log}"
     else
@@ -515,8 +521,13 @@ run_experiments() {
   if ((_restore_pending)); then restore_tunables; fi
 
   echo "Scoring: ${_py} -m training.scoring ${_in_logdir}"
-  run_inside -- "${_py}" -m training.scoring "${_in_logdir}" ||
-    failures+=("scoring of ${LOGDIR} failed (exit $?), see ${LOGDIR}/summary.md")
+  run_inside -- "${_py}" -m training.scoring "${_in_logdir}" || score_rc=$?
+  # the scorer's exit 1: the summary was written and a run does not count; anything else: no summary
+  if ((score_rc == 1)); then
+    failures+=("scoring of ${LOGDIR}: not every run counts (exit 1), see ${LOGDIR}/summary.md")
+  elif ((score_rc != 0)); then
+    failures+=("scoring of ${LOGDIR} failed (exit ${score_rc}): no summary written, its error is above")
+  fi
   if ((${#failures[@]} > 0)); then
     echo "${RUNNER}: ${#failures[@]} problem(s):" >&2
     printf '  - %s\n' "${failures[@]}" >&2

@@ -1,12 +1,20 @@
 """Config parsing: typed values, and errors that name the variable."""
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from training.bert.config import BertConfig
-from training.common.config import ConfigError, system_from_config_path, to_env_dict
+from training.common.config import (
+    ConfigError,
+    RunSettings,
+    system_from_config_path,
+    to_env_dict,
+    write_effective_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"DATADIR": "/data", "BATCHSIZE": "48", "LR": "0.00096", "MAX_STEPS": "4000"}
@@ -81,3 +89,13 @@ def test_shipped_configs_parse(config):
     if "MI3" in config.name:  # AMD's published values
         assert (cfg.lr, cfg.max_steps, cfg.beta1, cfg.beta2) == (0.00096, 4000, 0.60466, 0.99437)
         assert cfg.eval_iter_samples == 290_000 and cfg.global_batch_size(8) == 768
+
+
+def test_the_effective_config_records_the_code_and_the_accelerator(tmp_path):
+    """A run's <tag>.config.json says which commit ran and on what (the package's system description reads
+    both): the commit, `+dirty` with uncommitted changes, and the GPU's name (`cpu` without one)."""
+    write_effective_config(RunSettings(), tmp_path / "run_1.config.json", {"seed": 1})
+    record = json.loads((tmp_path / "run_1.config.json").read_text())
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", record["git_commit"]), record["git_commit"]
+    assert record["accelerator"] == "cpu" and record["seed"] == 1
+    assert list(tmp_path.iterdir()) == [tmp_path / "run_1.config.json"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ def report(paths: list[str], names: list[str]) -> list[tuple[str, str]]:
         ("python", sys.version.split()[0]),
         ("torch", torch.__version__),
         ("platform", backends.platform_name()),
+        *host(),
     ]
     if torch.version.hip:
         rows.append(("rocm/hip", torch.version.hip))
@@ -52,6 +54,19 @@ def report(paths: list[str], names: list[str]) -> list[tuple[str, str]]:
             rows.append((f"free disk {path}", "path does not exist"))
     rows.append(("privileges", privileges()))
     return rows
+
+
+def host() -> list[tuple[str, str]]:
+    """The host's processor, memory and operating system, as a submission's system description names them."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return [("cpu", cpu), ("logical cpus", str(os.cpu_count())), ("memory", f"{memory:.0f} GiB"),
+            ("os", platform.platform())]  # fmt: skip
 
 
 def privileges() -> str:

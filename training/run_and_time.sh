@@ -3,7 +3,8 @@
 # and LOGDIR from the runner) becomes one torchrun command. Run inside the container by run_with_docker.sh
 # (or on the host with CONTAINER_RUNTIME=none, or once per node by run.sub). The official time is not the
 # RESULT line's wall clock but run_stop - run_start in the MLLOG lines the trainer prints on rank 0.
-# Exit status is torchrun's: 0 converged, 1 not converged, 2 config or data error, anything else a crash.
+# Exit status is torchrun's: 0 when every worker converged, 1 whatever a worker's failure was (its own word on
+# it is LOGDIR/<RUN_TAG>.outcome.json, training/common/outcome.py); 2 when this script refuses its settings.
 set -euo pipefail
 
 : "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"

@@ -1,7 +1,8 @@
-"""The CPU default's base model: a tiny Llama 2 (2 blocks, hidden 64) pretrained for a minute on the sample's
-training rows (plain language modelling of the articles' text; the summaries are not scored), then saved as a Hugging Face checkpoint
-(`config.json` + `model.safetensors`, Hugging Face's names) into OUTPUTDIR/model, so that the LoRA run
-fine-tunes a model that knows the text, through the same loading path as the 70B's.
+"""The CPU default's base model: a tiny Llama 2 (2 blocks, hidden 64) pretrained for a minute and a half on
+the sample's training rows (plain language modelling of the articles' text; the summaries are not scored, so
+that the fine-tuning has a task to learn), then saved as a Hugging Face checkpoint (`config.json` +
+`model.safetensors`, Hugging Face's names) into OUTPUTDIR/model, so that the LoRA run fine-tunes a model that
+knows the text, through the same loading path as the 70B's.
 
     python -m input_preprocessing.llama2_70b_lora.sample_model --outputdir /data/lora_demo [--steps 300]
 

@@ -3,6 +3,8 @@
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +15,21 @@ import torch
 from tests.bert.synthetic import TINY
 from tests.bert.test_model import to_hf
 from training.bert.model import BertForPackedPretraining, BertShape
+from training.common import outcome
+from training.common.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_train(datadir: Path, **env) -> subprocess.CompletedProcess:
+def run_train(datadir: Path, torchrun: bool = False, **env) -> subprocess.CompletedProcess:
+    """The trainer on the CPU, as a process of its own or (`torchrun`) one worker of torchrun's."""
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"] if torchrun else []
     base = {"DATADIR": str(datadir), "BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "LOG_FREQ": "2",
             "EVAL_ITER_START_SAMPLES": "40", "EVAL_ITER_SAMPLES": "40", "MAX_SAMPLES_TERMINATION": "80",
             "TARGET_MLM_ACCURACY": "0.5", "CPU_DEMO": "1", "PYTHONPATH": str(REPO)}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "training.bert.train"], env={**os.environ, **base, **env},
-                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, *launch, "-m", "training.bert.train"],
+                          env={**os.environ, **base, **env}, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
 
 
 def mllog(stdout: str) -> list[dict]:
@@ -34,9 +41,12 @@ def test_nan_loss_ends_the_run_aborted(bert_data, tmp_path):
     state = to_hf(BertForPackedPretraining(shape).state_dict(), shape.num_hidden_layers)
     state["bert.encoder.layer.0.output.dense.weight"][0, 0] = float("nan")
     torch.save(state, tmp_path / "corrupt.pt")
-    proc = run_train(bert_data, INIT_CHECKPOINT=str(tmp_path / "corrupt.pt"))
+    proc = run_train(
+        bert_data, INIT_CHECKPOINT=str(tmp_path / "corrupt.pt"), LOGDIR=str(tmp_path), RUN_TAG="b_1"
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "non-finite loss at step 2" in proc.stderr
+    assert outcome.read(tmp_path / "b_1.log") == Outcome("diverged", "non-finite loss at step 2")
     events = mllog(proc.stdout)
     assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["aborted"]
     assert {"train_samples", "eval_samples", "block_stop"} <= {e["key"] for e in events}
@@ -45,6 +55,20 @@ def test_nan_loss_ends_the_run_aborted(bert_data, tmp_path):
 def test_missing_data_is_a_named_error(tmp_path):
     proc = run_train(tmp_path / "nowhere", INIT_CHECKPOINT="none")
     assert proc.returncode == 2 and "nowhere" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_data_error_reaches_the_verdict_through_torchrun(bert_data, tmp_path):
+    """Issue 19, item 3: torchrun exits 1 for any failed worker; the outcome file says what failed."""
+    datadir = tmp_path / "data"
+    shutil.copytree(bert_data, datadir)
+    for shard in (datadir / "hdf5" / "packed_data").glob("part_*"):
+        shard.write_bytes(b"not HDF5")
+    proc = run_train(datadir, torchrun=True, INIT_CHECKPOINT="none", LOGDIR=str(tmp_path), RUN_TAG="b_1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    found = outcome.read(tmp_path / "b_1.log")
+    assert found.status == "data_error", found
+    assert re.fullmatch(rf"{datadir}/hdf5/packed_data/part_0000\d: cannot read HDF5 \(.+\)", found.detail)
+    assert found.describe().startswith(f"data error: {datadir}/hdf5/packed_data/part_")
 
 
 def test_bf16_residual_where_precision_resolves_to_fp32_is_a_named_error(bert_data):

@@ -60,8 +60,21 @@ def test_a_failed_run_is_recorded_and_the_loop_goes_on(launch):
     assert result.returncode == 1
     assert len(launch.module_calls("torch.distributed.run")) == 3
     assert len(launch.module_calls("training.scoring")) == 1
-    assert f"trial 2 ({launch.logdir / PREFIX}_2.log): exit 1, not converged" in result.stderr
+    assert f"trial 2 ({launch.logdir / PREFIX}_2.log): not converged: fake" in result.stderr
     assert "trial 1 " not in result.stderr and "trial 3 " not in result.stderr
+
+
+def test_a_failed_run_is_named_by_its_own_outcome(launch):
+    """Issue 19, item 3: torchrun's exit 1 says only that a worker failed; the trainer's outcome file says
+    what failed, and a run that wrote none is not called "not converged"."""
+    data_error = '{"status": "data_error", "detail": "part_00003 unreadable", "rank": 0, "time": 1}'
+    result = launch.run(NEXP="3", FAKE_FAIL_TAGS=f"{PREFIX}_1 {PREFIX}_3", FAKE_FAIL_OUTCOME=data_error)
+    assert result.returncode == 1
+    assert f"trial 1 ({launch.logdir / PREFIX}_1.log): data error: part_00003 unreadable" in result.stderr
+    assert f"trial 3 ({launch.logdir / PREFIX}_3.log): data error: part_00003 unreadable" in result.stderr
+    result = launch.run(NEXP="1", FAKE_FAIL_TAGS=f"{PREFIX}_4", FAKE_FAIL_OUTCOME="")
+    no_outcome = f"trial 1 ({launch.logdir / PREFIX}_4.log): exit 1, the trainer wrote no outcome"
+    assert no_outcome in result.stderr and "not converged" not in result.stderr
 
 
 def test_a_failed_compliance_check_fails_the_invocation(launch):
@@ -74,6 +87,15 @@ def test_a_failed_compliance_check_fails_the_invocation(launch):
 def test_a_failed_score_fails_the_invocation(launch):
     result = launch.run(FAKE_SCORING_RC="1")
     assert result.returncode == 1 and "scoring of" in result.stderr
+    assert f"see {launch.logdir}/summary.md" in result.stderr
+
+
+def test_a_summary_that_was_not_written_is_not_pointed_to(launch):
+    result = launch.run(FAKE_SCORING_RC="2")
+    assert result.returncode == 1
+    failed = f"scoring of {launch.logdir} failed (exit 2): no summary written, its error is above"
+    assert failed in result.stderr
+    assert "summary.md" not in result.stderr + result.stdout
 
 
 def test_a_failed_preflight_starts_no_run(launch):

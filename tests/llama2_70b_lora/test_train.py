@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.llama2_70b_lora.fixtures import make_datadir
+from training.common import outcome
 from training.common.config import ConfigError
 from training.llama2_70b_lora.config import LoraConfig
 
@@ -72,6 +73,8 @@ def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(datadir, tmp_pat
     stop = next(e for e in events if e["key"] == "run_stop")
     assert stop["metadata"] == {**stop["metadata"], "status": "aborted", "samples_count": 16}
     assert [e["key"] for e in events].count("block_start") == [e["key"] for e in events].count("block_stop")
+    ended = outcome.read(tmp_path / "lora_1.log")  # the trainer's own word, for the launcher and the scorer
+    assert ended.status == "not_converged" and ended.detail.endswith("(target 0.5) after 16 samples")
 
 
 def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):

@@ -29,6 +29,7 @@ def bert_log_lines(
     gbs=768,
     throughput=4000.0,
     drop=(),
+    seed=1234,
 ):
     """A complete closed-division BERT log (passes training_5.0.0) ending in run_stop with `status`.
     `drop` removes the lines of those keys; eval metadata carries both epoch_num and samples_count."""
@@ -43,7 +44,7 @@ def bert_log_lines(
         mllog_line("init_start", event_type="INTERVAL_START"),
         mllog_line("global_batch_size", gbs),
         mllog_line("gradient_accumulation_steps", 1),
-        mllog_line("seed", 1234),
+        mllog_line("seed", seed),
     ]
     hparams = [
         "opt_base_learning_rate", "opt_lamb_epsilon", "opt_learning_rate_training_steps",

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from training.bert.model import Batch
+from training.common import outcome
 
 TRAIN_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "packed_input_len",
               "packed_masked_lm_len", "next_sentence_labels")  # fmt: skip
@@ -31,7 +32,7 @@ MAX_SEQS_PER_ROW = 3
 MASKED_PER_ROW = 80
 
 
-class DataError(RuntimeError):
+class DataError(outcome.DataError):
     """A missing, empty or unreadable data file; the message names it."""
 
 

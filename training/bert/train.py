@@ -2,7 +2,8 @@
 
 Setup (untimed, between init_start and init_stop), then the timed run: train on packed rows, evaluate
 masked-LM accuracy at the scheduled sample counts, stop at the target (`success`) or at
-MAX_SAMPLES_TERMINATION (`aborted`). A NaN/inf loss also ends the run `aborted`.
+MAX_SAMPLES_TERMINATION (`aborted`). A NaN/inf loss also ends the run `aborted`. How the run ended (converged,
+not converged, diverged, or what it raised) goes to LOGDIR/<RUN_TAG>.outcome.json (training.common.outcome).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from training.bert.model import (
     pretraining_loss,
 )
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
-from training.common import backends, dist
+from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
 from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8
@@ -36,7 +37,7 @@ from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8
 BENCHMARK = BENCHMARKS["bert"]
 
 
-def main() -> int:
+def main() -> outcome.Outcome:
     cfg = config_from_environment(BertConfig, __doc__)
     info = dist.init_distributed()
     mllog = MLLogger(info.rank)
@@ -109,7 +110,7 @@ def main() -> int:
         info.device,
     )
     eval_set = None
-    status, accuracy, step, samples = constants.ABORTED, 0.0, 0, 0
+    status, accuracy, step, samples, diverged = constants.ABORTED, 0.0, 0, 0, ""
     window_start, window_samples = time.perf_counter(), 0  # throughput window: training since the last eval
     finite = torch.ones((), dtype=torch.bool, device=info.device)
     while step < max_steps:
@@ -124,7 +125,8 @@ def main() -> int:
         window_samples += gbs
         if step % cfg.log_freq == 0 or step in eval_steps or step == max_steps:
             if dist.any_rank(~finite):
-                print(f"bert: non-finite loss at step {step}; ending the run as aborted", file=sys.stderr)
+                diverged = f"non-finite loss at step {step}"
+                print(f"bert: {diverged}; ending the run as aborted", file=sys.stderr)
                 break
             if info.is_main and step % cfg.log_freq == 0:
                 print(
@@ -155,7 +157,8 @@ def main() -> int:
     mllog.event(constants.EVAL_SAMPLES, data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples))
     mllog.end(constants.RUN_STOP, metadata={"status": status})
     dist.shutdown()
-    return 0 if status == constants.SUCCESS else 1
+    progress = f"eval_accuracy {accuracy:.4f} (target {cfg.target_accuracy}) after {samples} samples"
+    return outcome.ended(status == constants.SUCCESS, progress, diverged)
 
 
 def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp8Settings:
@@ -278,8 +281,4 @@ def evaluate(model, eval_set, autocast, device) -> float:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ConfigError, data.DataError, FileNotFoundError, ValueError) as err:
-        print(f"bert: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    outcome.run(main, "bert")

@@ -37,6 +37,11 @@ def platform_name() -> str:
     return "cpu"
 
 
+def accelerator_name() -> str:
+    """The first GPU's name (all of a node's are alike), or "cpu"."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
 def choose_precision(requested: str) -> str:
     """`auto`: bf16 on a GPU, fp32 on the CPU; anything else as asked (`fp8`: bf16 with FP8 matmuls, whose
     backend `training.fp8.choose_backend` picks)."""

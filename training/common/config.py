@@ -14,13 +14,17 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import types
 import typing
 from pathlib import Path
 
 from training import benchmarks, fp8
+from training.common import backends
 from training.common.files import write_text_atomic
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Variables a config may set that the launchers, not the Python trainer, consume.
 LAUNCHER_VARS = frozenset(
@@ -286,12 +290,31 @@ def to_env_dict(cfg) -> dict[str, object]:
     return out
 
 
+def git_commit() -> str:
+    """The commit of the code that runs, `+dirty` with uncommitted changes; "unknown" outside a checkout (an
+    image built without .git)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip())
+        return done.stdout.strip()
+
+    try:
+        return git("rev-parse", "HEAD") + (
+            "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
-    """Write the effective config (and `extra`: derived values, versions, backends) as JSON."""
+    """Write the effective config (and `extra`: derived values, versions, backends) as JSON, with the commit
+    of the code and the accelerator that ran it (the submission package's system description reads them)."""
+    record = {"config": to_env_dict(cfg), "git_commit": git_commit(),
+              "accelerator": backends.accelerator_name(), **(extra or {})}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(
-        path, json.dumps({"config": to_env_dict(cfg), **(extra or {})}, indent=2, default=str) + "\n"
-    )
+    write_text_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def system_from_config_path(path: str | Path) -> str:

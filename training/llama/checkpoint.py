@@ -22,11 +22,13 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from training.common.outcome import DataError
 from training.llama.model import LlamaShape
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that does not fit the model; the message names the file and the tensor."""
+class CheckpointError(DataError, ValueError):
+    """A checkpoint that does not fit the model; the message names the file and the tensor. The base model is
+    the run's input: its outcome is a data error."""
 
 
 def shape_from_hf_config(folder: Path) -> LlamaShape:

@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from training.common import outcome
+
 KEYS = ("input_ids", "loss_mask", "seq_start_id")
 
 
-class DataError(RuntimeError):
+class DataError(outcome.DataError):
     """Unreadable or malformed data; the message names the file and the row."""
 
 

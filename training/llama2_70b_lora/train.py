@@ -7,7 +7,8 @@ and validation passes compile and warm the kernels (no optimizer step; FP8 scali
 timed run fine-tunes the adapters, evaluates the mean loss over the validation rows' scored tokens after
 (SKIP_EVALS + 1) x VAL_CHECK_INTERVAL samples and then every VAL_CHECK_INTERVAL samples, and stops at TARGET
 (`success`) or after MAX_STEPS (`aborted`); a non-finite loss also ends it `aborted`.
-Exit status: 0 success, 1 aborted, 2 config or data error.
+How the run ended goes to LOGDIR/<RUN_TAG>.outcome.json and its exit status (training.common.outcome):
+0 success, 1 aborted or crashed, 2 config, data or disk error.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from contextlib import nullcontext
 
 import torch
 
-from training.common import backends, dist
-from training.common.config import ConfigError, config_from_environment, write_effective_config
+from training.common import backends, dist, outcome
+from training.common.config import config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
 from training.fp8 import reset_after_materialize
 from training.llama import optim, parallel
-from training.llama.checkpoint import CheckpointError
 from training.llama.model import compiled_cross_entropy, cross_entropy
 from training.llama.step import Step, evaluate_batches, train_step, warm_up
 from training.llama2_70b_lora import data
@@ -33,7 +33,7 @@ from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, L
 from training.llama2_70b_lora.model import build_model, is_llama2_70b, model_shape
 
 
-def main() -> int:
+def main() -> outcome.Outcome:
     cfg = config_from_environment(LoraConfig, __doc__)
     info = dist.init_distributed()
     par = cfg.parallelism(info.world_size)
@@ -93,6 +93,7 @@ def main() -> int:
     mllog.start(constants.RUN_START)
     mllog.start(constants.BLOCK_START, metadata={"samples_count": 0})
     status, step_count, samples, next_eval, in_block = constants.ABORTED, 0, 0, first_eval, True
+    val_loss, diverged = math.nan, ""
     window_start, window_samples = time.perf_counter(), 0
     finite = torch.ones((), dtype=torch.bool, device=info.device)
     validation = None
@@ -106,9 +107,8 @@ def main() -> int:
         finite &= torch.isfinite(loss)
         if step_count % cfg.log_freq == 0 or step_count in (next_eval, cfg.max_steps):
             if dist.any_rank(~finite):
-                print(
-                    f"lora: non-finite loss by step {step_count}; ending the run as aborted", file=sys.stderr
-                )
+                diverged = f"non-finite loss by step {step_count}"
+                print(f"lora: {diverged}; ending the run as aborted", file=sys.stderr)
                 break
             if info.is_main and step_count % cfg.log_freq == 0:
                 print(f"step {step_count} samples {samples} loss {loss.item():.4f} lr {lr:.3e} "
@@ -138,6 +138,7 @@ def main() -> int:
             status = constants.SUCCESS
             break
         if not math.isfinite(val_loss):
+            diverged = f"non-finite validation loss at {samples} samples"
             break
         next_eval += eval_every
         if step_count < cfg.max_steps:
@@ -148,7 +149,8 @@ def main() -> int:
     mllog.end(constants.RUN_STOP, metadata={"samples_count": samples, "status": status})
     dist.barrier()
     dist.shutdown()
-    return 0 if status == constants.SUCCESS else 1
+    progress = f"eval loss {val_loss:.4f} (target {cfg.target}) after {samples} samples"
+    return outcome.ended(status == constants.SUCCESS, progress, diverged)
 
 
 def log_hyperparameters(
@@ -185,8 +187,4 @@ def log_hyperparameters(
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ConfigError, data.DataError, CheckpointError, FileNotFoundError, ValueError) as err:
-        print(f"lora: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    outcome.run(main, "lora")

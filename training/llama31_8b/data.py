@@ -25,8 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from training.common import outcome
 
-class DataError(RuntimeError):
+
+class DataError(outcome.DataError):
     """A missing, short or unreadable data file; the message names it."""
 
 

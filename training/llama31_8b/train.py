@@ -4,7 +4,8 @@ Setup: the training-sample index cache is built before `init_start` (untimed, as
 the model is built, parallelized and initialized between init_start and init_stop. The timed run trains
 from random weights, evaluates the validation log-perplexity every EVAL_EVERY samples on the first
 EVAL_SAMPLES validation sequences, and stops at TARGET (`success`) or after the sample limit (`aborted`).
-A non-finite loss also ends the run `aborted`. Exit status: 0 success, 1 aborted, 2 config or data error.
+A non-finite loss also ends the run `aborted`. How the run ended goes to LOGDIR/<RUN_TAG>.outcome.json and
+its exit status (training.common.outcome): 0 success, 1 aborted or crashed, 2 config, data or disk error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contextlib import nullcontext
 
 import torch
 
-from training.common import backends, dist
+from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
 from training.llama import optim, parallel
@@ -36,7 +37,7 @@ from training.llama31_8b.config import (
 from training.llama31_8b.model import build_model
 
 
-def main() -> int:
+def main() -> outcome.Outcome:
     cfg = config_from_environment(LlamaPretrainConfig, __doc__)
     info = dist.init_distributed()
     par = cfg.parallelism(info.world_size)
@@ -110,7 +111,7 @@ def main() -> int:
     batches = data.train_batches(train_set, sampler, cfg.num_workers, pin_memory=on_gpu)
     mllog.start(constants.BLOCK_START, metadata={"samples_count": 0})
     in_block, validation, next_eval = True, None, first_eval
-    status, step_count, samples = constants.ABORTED, 0, 0
+    status, step_count, samples, val_loss, diverged = constants.ABORTED, 0, 0, math.nan, ""
     window_start, window_samples = time.perf_counter(), 0
     finite = torch.ones((), dtype=torch.bool, device=info.device)
     while step_count < max_steps:
@@ -122,9 +123,8 @@ def main() -> int:
         finite &= torch.isfinite(loss)
         if step_count % cfg.log_freq == 0 or step_count in (next_eval, max_steps):
             if dist.any_rank(~finite):
-                print(
-                    f"llama: non-finite loss by step {step_count}; ending the run as aborted", file=sys.stderr
-                )
+                diverged = f"non-finite loss by step {step_count}"
+                print(f"llama: {diverged}; ending the run as aborted", file=sys.stderr)
                 break
             if info.is_main and step_count % cfg.log_freq == 0:
                 print(
@@ -162,6 +162,7 @@ def main() -> int:
             status = constants.SUCCESS
             break
         if not math.isfinite(val_loss):
+            diverged = f"non-finite validation loss at {samples} samples"
             break
         next_eval += eval_every
         mllog.start(constants.BLOCK_START, metadata={"samples_count": samples})
@@ -172,7 +173,8 @@ def main() -> int:
     mllog.end(constants.RUN_STOP, metadata={"samples_count": samples, "status": status})
     dist.barrier()  # no collective still in flight when the process group is torn down
     dist.shutdown()
-    return 0 if status == constants.SUCCESS else 1
+    progress = f"eval loss {val_loss:.4f} (target {cfg.target}) after {samples} samples"
+    return outcome.ended(status == constants.SUCCESS, progress, diverged)
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: LlamaPretrainConfig, par: parallel.Parallelism) -> None:
@@ -210,8 +212,4 @@ def log_hyperparameters(mllog: MLLogger, cfg: LlamaPretrainConfig, par: parallel
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ConfigError, data.DataError, FileNotFoundError, ValueError) as err:
-        print(f"llama: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    outcome.run(main, "llama")

@@ -1,14 +1,20 @@
-"""python -m training.scoring LOGDIR [--ruleset X] [--out DIR]
+"""python -m training.scoring LOGDIR [--ruleset X] [--out DIR] [--package OUTDIR]
 
 Scores the MLPerf logs in LOGDIR (time to train, olympic mean, RCP check and normalization), writes
 summary.md, summary.json and eval_accuracy.png into LOGDIR (or --out) and prints the markdown.
-Exits 1 when a run failed or is incomplete, or when there are no logs.
+Exit status: 0 when every run converged, 1 when one did not (the summary lists why), 2 when no summary was
+written (no logs, or it could not be written: the error names the file).
+
+--package OUTDIR also writes the runs' MLCommons submission tree into OUTDIR (new or empty; see package.py)
+and runs mlperf-logging's package checker on it; the exit status is then its verdict: 0 accepted,
+1 rejected (its messages say why), 2 when no package was written.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from . import package
 from .report import write_summary
 from .score import score_logdir
 
@@ -24,13 +30,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ruleset", help="mlperf_logging ruleset, e.g. 4.1.0 (default: the benchmark's)")
     parser.add_argument("--out", type=Path, help="where the summary goes (default: LOGDIR)")
+    parser.add_argument("--package", type=Path, metavar="OUTDIR", help="write and check the submission tree")
     args = parser.parse_args(argv)
     try:
+        if args.package:
+            package.refuse_nonempty(args.package)  # before the minutes of scoring
         summary = score_logdir(args.logdir, args.ruleset)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(write_summary(summary, args.out or args.logdir), end="")
-    return 0 if summary["ok"] else 1
+        markdown = write_summary(summary, args.out or args.logdir)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(markdown, end="")
+    if not args.package:
+        return 0 if summary["ok"] else 1
+    return package_and_check(args.logdir, summary, args.package)
+
+
+def package_and_check(logdir: Path, summary: dict, out: Path) -> int:
+    from training import doctor  # imports torch: only for a package
+
+    try:
+        root, unfilled = package.write_package(logdir, summary, out, dict(doctor.report([], [])))
+        accepted, messages = package.check_package(root, summary["ruleset"])
+        (out / "package_checker.log").write_text("\n".join(messages) + "\n")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"\n## Package {root} (mlperf_logging package checker, training {summary['ruleset']})\n")
+    print("\n".join(messages))
+    if unfilled:
+        print(f"\nSystem description fields to fill in by hand in {root}/systems/: {', '.join(unfilled)}.")
+    if not accepted:
+        print(f"error: the package checker rejects {out}: see its ERROR lines above", file=sys.stderr)
+        return 1
+    print(f"\nThe package checker accepts {out}.")
+    return 0
 
 
 if __name__ == "__main__":

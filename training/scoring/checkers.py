@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlperf_logging.rcp_checker import rcp_checker
+
+from .runs import Run, read_run
 
 
 class _ListHandler(logging.Handler):
@@ -46,12 +49,29 @@ class RcpResult:
     log: list[str] = field(default_factory=list)
 
 
-def rcp_check(logs: list[Path], ruleset: str) -> RcpResult:
+def _not_converged(like: Run) -> str:
+    """A result file that the RCP checker reads as a run of `like`'s benchmark and batch size that did not
+    converge."""
+    records = [
+        {"key": "submission_benchmark", "value": like.benchmark},
+        {"key": "global_batch_size", "value": like.global_batch_size},
+        {"key": "run_stop", "value": None, "metadata": {"status": "aborted"}},
+    ]
+    return "".join(f":::MLLOG {json.dumps(record)}\n" for record in records)
+
+
+def rcp_check(logs: list[Path], ruleset: str, damaged: Collection[Path] = ()) -> RcpResult:
     """mlperf_logging's RCP check (pruned RCPs) of one benchmark's runs. The checker globs `result_*.txt`,
-    so it reads a temporary folder of symlinks; `set_scaling=False` keeps it from writing scaling.json."""
+    so it reads a temporary folder of symlinks; `set_scaling=False` keeps it from writing scaling.json.
+    A `damaged` log, which the checker's own reading would raise on, is staged as a run that did not
+    converge (how the scorer counts it), so that the checker drops the same runs as the olympic mean."""
+    first = next(read_run(log) for log in logs if log not in damaged)
     with tempfile.TemporaryDirectory(prefix="rcp_") as staged, captured_root_log() as lines:
         for i, log in enumerate(logs):
-            os.symlink(Path(log).resolve(), Path(staged) / f"result_{i}.txt")
+            if log in damaged:
+                (Path(staged) / f"result_{i}.txt").write_text(_not_converged(first))
+            else:
+                os.symlink(Path(log).resolve(), Path(staged) / f"result_{i}.txt")
         passed, message, factor = rcp_checker.check_directory(
             staged,
             "training",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -17,13 +18,14 @@ def to_markdown(summary: dict) -> str:
     if not s["valid_mlperf"]:
         lines += ["> **NOT A VALID MLPerf RESULT**: demo target accuracy, see the notes.", ""]
     lines += [
-        f"| run | status | minutes | samples ({s['samples_key']}) | last eval_accuracy | throughput "
+        f"| run | verdict | minutes | samples ({s['samples_key']}) | last eval_accuracy | throughput "
         "| compliance |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for run in s["runs"]:
+        verdict = run["verdict"].replace("|", "\\|")  # a | of a checker's message would split the cell
         lines.append(
-            f"| {run['log']} | {run['status']} | {_fmt(run['minutes'], '.4f')}"
+            f"| {run['log']} | {verdict} | {_fmt(run['minutes'], '.4f')}"
             f" | {_fmt(run['samples_to_converge'], '.10g')}"
             f" | {_fmt(run['last_eval_accuracy'], '.4f')} | {_fmt(run['throughput'], '.5g')}"
             f" | {'ok' if run['compliant'] else 'FAILED'} |"
@@ -74,16 +76,37 @@ def plot_eval_accuracy(summary: dict, path: Path) -> None:
     )
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
 
 
 def write_summary(summary: dict, out: Path) -> str:
-    """Write summary.md, summary.json and eval_accuracy.png into `out`; return the markdown."""
+    """Write summary.md, summary.json and eval_accuracy.png into `out`; return the markdown. All or nothing:
+    each is written to a temporary file beside it and the three are renamed over the old ones only once all
+    are whole, so a full disk or a plotting error leaves the previous summary as it was, and no temporary
+    file. A failure raises OSError naming the file."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(summary)
-    (out / "summary.md").write_text(markdown)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_eval_accuracy(summary, out / "eval_accuracy.png")
+    writers = {
+        "summary.md": lambda path: path.write_text(markdown),
+        "summary.json": lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"),
+        "eval_accuracy.png": lambda path: plot_eval_accuracy(summary, path),
+    }
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"could not create {out}: {err}") from err
+    written = {}
+    try:
+        for name, write in writers.items():
+            written[name] = out / f".{name}.{os.getpid()}.tmp"
+            try:
+                write(written[name])
+            except Exception as err:
+                raise OSError(f"could not write {out / name}: {err}") from err
+        for name, tmp in written.items():
+            os.replace(tmp, out / name)
+    finally:
+        for tmp in written.values():
+            tmp.unlink(missing_ok=True)
     return markdown

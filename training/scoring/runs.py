@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .rules import BENCHMARKS
+
 TOKEN = ":::MLLOG "
 INCOMPLETE = "incomplete/crashed"  # status of a log without run_stop
 
@@ -22,13 +24,19 @@ class Run:
     target_accuracy: float | None = None  # our trainers (and NVIDIA's) log it; MLCommons' result files do not
     max_sequence_length: int | None = None
     throughput: float | None = None  # value.throughput of the last tracked_stats line
+    submission: dict[str, str] = field(default_factory=dict)  # submission_org, _division, _status, _platform
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
     evals: list[tuple[dict, float]] = field(default_factory=list)
-    bad_lines: int = 0  # :::MLLOG lines that are not valid JSON (e.g. cut off by a crash)
+    problems: list[str] = field(default_factory=list)  # what makes the log damaged, each naming its line
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.problems)
 
     @property
     def converged(self) -> bool:
-        return self.status == "success"
+        """What the log says; the scorer also requires it undamaged and compliant, as MLCommons does."""
+        return self.status == "success" and not self.damaged
 
     @property
     def minutes(self) -> float | None:
@@ -46,43 +54,81 @@ class Run:
 
 
 def read_run(path: Path) -> Run:
+    """The run a log tells of. A damaged log (empty, a line that is not JSON, a value of the wrong kind, an
+    event without its time) never raises: each problem is kept in `run.problems`, naming its line."""
     run = Run(Path(path))
     with open(path, encoding="latin-1") as f:  # latin-1 like mlperf_logging's own parsers
-        lines = [line[line.index(TOKEN) + len(TOKEN) :] for line in f if TOKEN in line]
-    for line in lines:
+        lines = [
+            (n, line[line.index(TOKEN) + len(TOKEN) :].strip())
+            for n, line in enumerate(f, 1)
+            if TOKEN in line
+        ]
+    if not lines:
+        run.problems.append("empty file" if Path(path).stat().st_size == 0 else "no :::MLLOG lines")
+    for n, line in lines:
         try:
             record = json.loads(line)
-            key, value, metadata = record["key"], record.get("value"), record.get("metadata") or {}
-        except (ValueError, KeyError, TypeError):
-            run.bad_lines += 1
+        except ValueError as err:
+            run.problems.append(f"line {n}: not valid JSON ({err.msg})")
             continue
-        if key == "submission_benchmark":
-            run.benchmark = value
-        elif key == "global_batch_size":
-            run.global_batch_size = value
-        elif key == "target_accuracy":
-            run.target_accuracy = float(value)
-        elif key == "max_sequence_length":
-            run.max_sequence_length = int(value)
-        elif key == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
-            run.throughput = float(value["throughput"])
-        elif key == "run_start" and run.run_start_ms is None:
-            run.run_start_ms = record["time_ms"]
-        elif key == "eval_accuracy" and run.run_stop_ms is None:
-            run.evals.append((metadata, float(value)))
-        elif key == "run_stop" and run.run_stop_ms is None:
-            run.run_stop_ms = record["time_ms"]
-            run.status = str(metadata.get("status", "run_stop without status"))
+        try:
+            _read_record(run, record)
+        except ValueError as err:
+            run.problems.append(f"line {n}: {err}")
     return run
+
+
+def _read_record(run: Run, record) -> None:
+    """Take one :::MLLOG record into `run`; a ValueError names what is wrong with it."""
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise ValueError("not an MLLOG record (no key)")
+    key, value, metadata = record["key"], record.get("value"), record.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{key}: metadata {metadata!r} is not an object")
+
+    def number(v, what: str = "value") -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{key}: {what} {v!r} is not a number")
+        return v
+
+    if key == "submission_benchmark":
+        run.benchmark = value
+    elif key.startswith("submission_"):
+        run.submission[key.removeprefix("submission_")] = str(value)
+    elif key == "global_batch_size":
+        run.global_batch_size = number(value)
+    elif key == "target_accuracy":
+        run.target_accuracy = float(number(value))
+    elif key == "max_sequence_length":
+        run.max_sequence_length = int(number(value))
+    elif key == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
+        run.throughput = float(number(value["throughput"], "throughput"))
+    elif key == "eval_accuracy" and run.run_stop_ms is None:
+        run.evals.append((metadata, float(number(value))))
+    elif key in ("run_start", "run_stop"):
+        if "time_ms" not in record:
+            raise ValueError(f"{key}: no time_ms")
+        time_ms = number(record["time_ms"], "time_ms")
+        if key == "run_start" and run.run_start_ms is None:
+            run.run_start_ms = time_ms
+        elif key == "run_stop" and run.run_stop_ms is None:
+            run.run_stop_ms = time_ms
+            run.status = str(metadata.get("status", "run_stop without status"))
 
 
 def _natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
+# The names a run's log has: MLCommons' result_<i>.txt and our launchers' <benchmark>_<system>_<i>.log. A file
+# so named is a run even with no :::MLLOG line (a trainer that died at start, a log cut off at zero bytes).
+RUN_LOG_NAME = re.compile(rf"result_\d+\.txt|({'|'.join(map(re.escape, BENCHMARKS))})_.+_\d+\.log")
+
+
 def find_logs(logdir: Path) -> list[Path]:
-    """Every `*.txt` / `*.log` file in `logdir` with `:::MLLOG` lines (result_9 before result_10), leaving out
-    our compliance reports and the checkers' own logs."""
+    """Every run log in `logdir`, in natural order (result_9 before result_10): each file named as one, and
+    any other `*.txt` / `*.log` file with `:::MLLOG` lines, leaving out our compliance reports and the
+    checkers' own logs."""
     found = []
     for path in Path(logdir).iterdir():
         if not path.is_file() or path.suffix not in (".txt", ".log"):
@@ -91,6 +137,9 @@ def find_logs(logdir: Path) -> list[Path]:
             "compliance_checker.log",
             "rcp_checker.log",
         ):
+            continue
+        if RUN_LOG_NAME.fullmatch(path.name):
+            found.append(path)
             continue
         with open(path, encoding="latin-1") as f:
             if any(TOKEN in line for line in f):

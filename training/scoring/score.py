@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from training.common import outcome
+from training.common.outcome import Outcome
+
 from .checkers import RcpResult, rcp_check
 from .compliance import check_compliance
-from .rules import rules_for
-from .runs import find_logs, read_run
+from .rules import BENCHMARKS, rules_for
+from .runs import INCOMPLETE, Run, find_logs, read_run
 
 
 def olympic_mean(minutes: list[float | None]) -> tuple[float | None, str]:
@@ -29,8 +32,62 @@ def olympic_mean(minutes: list[float | None]) -> tuple[float | None, str]:
     return sum(kept) / len(kept), f"olympic mean of {len(minutes)} runs: the fastest and {slowest} dropped"
 
 
+def _benchmark_of(runs: list[Run], logdir: Path) -> str:
+    """The one benchmark the logs are of: as they log it, else (every log damaged) as the launcher named
+    them, <benchmark>_<system>_<i>.log."""
+    found = sorted({run.benchmark for run in runs if isinstance(run.benchmark, str)})
+    if not found:
+        found = sorted({b for run in runs for b in BENCHMARKS if run.path.name.startswith(f"{b}_")})
+    if len(found) != 1:
+        raise ValueError(f"{logdir}: need the logs of exactly one benchmark, found: "
+                         f"{', '.join(found) or 'none of them logs submission_benchmark'}")  # fmt: skip
+    return found[0]
+
+
+def _compliance(run: Run, ruleset: str) -> tuple[bool, list[str]]:
+    """The compliance checker's verdict on one log; a checker that raises (on a log it cannot read) fails
+    it."""
+    try:
+        return check_compliance(run.path, ruleset, write_report=False)
+    except Exception as err:  # noqa: BLE001 - a damaged log must not stop the summary
+        return False, [f"compliance checker error: {type(err).__name__}: {err}"]
+
+
+def _first_error(messages: list[str]) -> str:
+    """The compliance checker's first complaint, for the verdict column."""
+    return next((m for m in messages if m.startswith(("ERROR", "WARNING", "compliance checker error"))), "")
+
+
+def verdict(run: Run, compliant: bool, messages: list[str], ruleset: str, ended: Outcome | None) -> str:
+    """Why a run counts as converged or not, in the words of the summary's verdict column. The log decides;
+    where it says the run did not converge, the trainer's own outcome (`ended`) says why, if it wrote one."""
+    if run.damaged:
+        why = f"damaged log: {'; '.join(run.problems[:3])}" + ("; ..." if len(run.problems) > 3 else "")
+    elif not run.converged:
+        why = "not converged" + ("" if run.status == INCOMPLETE else f" ({run.status})")
+    elif run.minutes is None:
+        return "not converged (run_stop without run_start)"
+    elif not compliant:
+        return f"fails the compliance checker (training_{ruleset}): {_first_error(messages)}"
+    else:
+        return "converged"
+    if ended is None or ended.status == "converged":
+        return why
+    return ended.describe() + (f" ({why})" if run.damaged else "")
+
+
+def _outcome(run: Run, notes: list[str]) -> Outcome | None:
+    try:
+        return outcome.read(run.path)
+    except ValueError as err:
+        notes.append(f"{err}: ignored.")
+        return None
+
+
 def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
-    """Everything the summary reports, as one JSON-ready dict (see report.py for its rendering)."""
+    """Everything the summary reports, as one JSON-ready dict (see report.py for its rendering). Runs count as
+    MLCommons' result summarizer counts them: a run converged only when its log is whole, says `success`
+    and passes the compliance checker; any other is listed with why, and olympic scoring drops at most one."""
     logdir = Path(logdir)
     if not logdir.is_dir():
         raise ValueError(f"{logdir}: not a folder")
@@ -38,11 +95,7 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
     if not logs:
         raise ValueError(f"{logdir}: no MLPerf logs (*.txt or *.log files with :::MLLOG lines)")
     runs = [read_run(path) for path in logs]
-    benchmarks = sorted({run.benchmark for run in runs if run.benchmark})
-    if len(benchmarks) != 1:
-        found = ", ".join(benchmarks) or "none of them logs submission_benchmark"
-        raise ValueError(f"{logdir}: need the logs of exactly one benchmark, found: {found}")
-    rules = rules_for(benchmarks[0], logdir)
+    rules = rules_for(_benchmark_of(runs, logdir), logdir)
     ruleset = ruleset or rules.ruleset
     notes = []
     if ruleset != rules.ruleset:
@@ -51,12 +104,15 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
     rows = []
     for run in runs:
         target = rules.target if run.target_accuracy is None else run.target_accuracy
-        compliant, messages = check_compliance(run.path, ruleset, write_report=False)
+        compliant, messages = _compliance(run, ruleset)
+        ended = _outcome(run, notes)
+        why = verdict(run, compliant, messages, ruleset, ended)
         rows.append(
             {
                 "log": run.path.name,
                 "status": run.status,
-                "converged": run.converged,
+                "verdict": why,
+                "converged": why == "converged",
                 "minutes": run.minutes,
                 "samples_to_converge": run.samples(rules.samples_key) if run.converged else None,
                 "last_eval_accuracy": run.last_accuracy,
@@ -67,16 +123,17 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
                 "valid_mlperf": rules.is_official_target(target),
                 "compliant": compliant,
                 "compliance_messages": messages,
+                "problems": run.problems,
+                "outcome": {"status": ended.status, "detail": ended.detail} if ended else None,
                 "evals": [[metadata.get(rules.samples_key), value] for metadata, value in run.evals],
             }
         )
-        if run.bad_lines:
-            notes.append(f"{run.path.name}: {run.bad_lines} :::MLLOG line(s) are not valid JSON (ignored).")
-        if run.converged and run.minutes is None:
-            notes.append(f"{run.path.name}: run_stop without run_start: counted as not converged.")
+        if run.damaged:
+            notes.append(f"{run.path.name}: {why}; counted as not converged.")
 
     valid = all(row["valid_mlperf"] for row in rows)
-    mean, mean_method = olympic_mean([run.minutes if run.converged else None for run in runs])
+    mean, mean_method = olympic_mean([run.minutes if row["converged"] else None
+                                      for run, row in zip(runs, rows)])  # fmt: skip
     if not valid:
         demo = sorted({row["target_accuracy"] for row in rows if not row["valid_mlperf"]})
         notes.insert(
@@ -84,21 +141,19 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
             f"**NOT A VALID MLPerf RESULT**: runs use target_accuracy {demo}, "
             f"the official {rules.name} target is {rules.target}.",
         )
-    if len(runs) < rules.runs:
-        notes.append(f"{len(runs)} run(s): an official {rules.name} score needs {rules.runs}.")
+    if len(runs) != rules.runs:
+        notes.append(f"{len(runs)} run(s): an official {rules.name} score needs exactly {rules.runs} (the "
+                     "package checker's count).")  # fmt: skip
     if not all(row["target_logged"] for row in rows):
         notes.append(
             f"Runs without a target_accuracy line are taken to use the official target {rules.target}."
         )
-    failed = [f"{row['log']} ({row['status']})" for row in rows if not row["converged"]]
+    failed = [f"{row['log']} ({row['verdict']})" for row in rows if not row["converged"]]
     if failed:
         notes.append(f"Not converged, counted as infinitely slow: {', '.join(failed)}.")
-    noncompliant = [row["log"] for row in rows if not row["compliant"]]
-    if noncompliant:
-        notes.append(
-            f"Fail the compliance checker (training_{ruleset}): {', '.join(noncompliant)}; MLCommons' result "
-            "summarizer counts such runs as not converged. Details: python -m training.scoring.compliance LOG"
-        )
+    if any(not row["compliant"] for row in rows):
+        notes.append("MLCommons' result summarizer counts a run that fails the compliance checker as not "
+                     "converged. Details: python -m training.scoring.compliance LOG")  # fmt: skip
 
     if not valid:
         rcp = RcpResult(None, "RCPs apply only to runs with the official target", 1.0)
@@ -106,9 +161,10 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
         rcp = RcpResult(None, "needs an olympic mean: at least 3 runs, at most 1 not converged", 1.0)
     else:
         try:
-            rcp = rcp_check(logs, ruleset)
+            rcp = rcp_check(logs, ruleset, damaged={run.path for run in runs if run.damaged})
         except Exception as e:  # the checker fails on inputs it does not expect; report it, keep the summary
             rcp = RcpResult(False, f"RCP checker error: {type(e).__name__}: {e}", 1.0)
+    official = rcp.passed and len(runs) == rules.runs
     return {
         "logdir": str(logdir),
         "benchmark": rules.name,
@@ -127,7 +183,7 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
             "normalization_factor": rcp.normalization_factor,
             "log": rcp.log,
         },
-        "score_minutes": mean * rcp.normalization_factor if rcp.passed else None,
+        "score_minutes": mean * rcp.normalization_factor if official else None,
         "notes": notes,
-        "ok": all(run.converged for run in runs),
+        "ok": all(row["converged"] for row in rows),
     }
