@@ -7,7 +7,10 @@ and the `.bin` has exactly the bytes the index describes; the validation file ho
 Checksums: every `*.md5` list in the folder (what MLCommons' R2 downloader fetches next to the data:
 `<md5>  <relative path>` lines) is re-checked. Results are cached per file (size + mtime) in
 `.md5_verified.json`, written after each file, so an interrupted or repeated check resumes where it was
-and a changed file is checked again. With `--preflight` (as the benchmark's preflight runs it) the files are
+and a changed file is checked again. The cache also records the sha256 of each checked file's sampled blocks
+(`input_preprocessing.sampled`): without `--md5` those blocks are re-hashed, so that bytes overwritten in
+place (the size kept) are seen in seconds before a run; a folder never checked with `--md5` gets a note that
+this was skipped. With `--preflight` (as the benchmark's preflight runs it) the files are
 the run's: TRAIN_DATA_PREFIX and VALID_DATA_PREFIX from the environment when set (the CPU default's data),
 else MLPerf's. Exit status 1 names every problem.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.sampled import SKIPPED, sampled_sha256
 from training.common.files import write_text_atomic
 
 TRAIN_PREFIX = "c4-train.en_6_text_document"
@@ -102,7 +106,10 @@ def check_md5(datadir: Path) -> tuple[list[str], int]:
                 continue
             stat = path.stat()
             key = [stat.st_size, stat.st_mtime_ns, expected]
-            if cache.get(rel) == key:
+            if cache.get(rel, [])[:3] == key:
+                if len(cache[rel]) == 3:  # checked before sampled blocks were recorded
+                    cache[rel].append(sampled_sha256(path))
+                    write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
                 continue
             checked += 1
             actual = md5_of(path)
@@ -112,9 +119,28 @@ def check_md5(datadir: Path) -> tuple[list[str], int]:
                 )
                 cache.pop(rel, None)
             else:
-                cache[rel] = key
+                cache[rel] = [*key, sampled_sha256(path)]
             write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     return problems, checked
+
+
+def check_sampled(datadir: Path) -> tuple[list[str], list[str]]:
+    """(problems, notes): the sampled blocks of every file `--md5` passed, re-hashed."""
+    cache_path = datadir / CACHE_NAME
+    try:
+        cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    except ValueError:
+        return [], [f"{cache_path} is unreadable: {SKIPPED}"]
+    sampled = {rel: entry[3] for rel, entry in cache.items() if isinstance(entry, list) and len(entry) == 4}
+    if not sampled:
+        return [], [f"{datadir}: no file checked with --md5 yet: {SKIPPED}"]
+    problems = [
+        f"{datadir / rel}: sampled blocks changed since its md5 was checked (modified in place or corrupt): "
+        "run verify --md5"
+        for rel, digest in sorted(sampled.items())
+        if (datadir / rel).is_file() and sampled_sha256(datadir / rel) != digest
+    ]
+    return problems, []
 
 
 def check_tokenizer(folder: Path) -> list[str]:
@@ -151,6 +177,11 @@ def verify(
         problems.append(f"the data is under {elsewhere[0].parent}: use that folder as DATADIR")
     if md5:
         problems += check_md5(datadir)[0]
+    elif not problems:
+        damaged, notes = check_sampled(datadir)
+        problems += damaged
+        for note in notes:
+            print(f"verify: note: {note}")
     if tokenizer is not None:
         problems += check_tokenizer(tokenizer)
     return problems

@@ -112,6 +112,26 @@ def test_verify_names_missing_truncated_and_corrupt_files(tmp_path, bucket):
     assert verify.verify(data, md5=True) == []  # a repaired file is checked again, not trusted from the cache
 
 
+def test_fast_verify_sees_bytes_overwritten_in_place(tmp_path, bucket, capsys):
+    data = tmp_path / "data"
+    src = bucket / "llama-3-1-8b-preprocessed-c4-dataset"
+    data.mkdir()
+    for f in src.iterdir():
+        (data / f.name).write_bytes(f.read_bytes())
+    assert verify.verify(data) == [] and "no file checked with --md5 yet" in capsys.readouterr().out
+    assert verify.verify(data, md5=True) == []
+    assert verify.verify(data) == [] and "note" not in capsys.readouterr().out
+    path = data / f"{verify.TRAIN_PREFIX}.bin"
+    with open(path, "r+b") as f:  # same size, bytes changed at the start (a sampled block)
+        first = f.read(4)
+        f.seek(0)
+        f.write(bytes(b ^ 0xFF for b in first))
+    assert verify.verify(data) == [
+        f"{path}: sampled blocks changed since its md5 was checked (modified in place or corrupt): run "
+        "verify --md5"
+    ]
+
+
 def test_sample_data(demo_data):
     manifest = json.loads((demo_data / "manifest.json").read_text())
     assert manifest["vocab_size"] == 4096 and manifest["validation"]["tokens"] >= 1024 * 64 + 1
