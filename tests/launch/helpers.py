@@ -115,7 +115,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
 
 
 def stop_and_wait(
-    proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20.0
+    proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60.0
 ) -> tuple[int, str]:
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=timeout)
