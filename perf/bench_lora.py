@@ -3,7 +3,8 @@ peer a user would pick, Hugging Face `LlamaForCausalLM` + `peft` LoRA, side by s
 
     python perf/bench_lora.py --layers 40 [--variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac24]
         [--steps 6] [--warmup 2] [--seq 8192]
-    python perf/bench_lora.py --tiny          # CPU smoke test of this script
+    torchrun --nproc_per_node=4 perf/bench_lora.py --layers 80 --variants peft-bf16-ac,ours-fp8native
+    python perf/bench_lora.py --tiny          # CPU smoke test of this script (torchrun --nproc_per_node=2: FSDP2)
 
 The 70B width (hidden 8192, FFN 28672, 64 / 8 heads, vocabulary 32000), `--layers` blocks, random frozen
 weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape).
@@ -13,6 +14,11 @@ weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the G
 - peer: `peft.get_peft_model(LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, target_modules=[q_proj,
   k_proj, v_proj, o_proj]))` on the Hugging Face model in bf16 (SDPA attention), its float32 loss, torch's
   fused AdamW and clip_grad_norm_ at 0.3 (eager: what a peft user writes).
+Under torchrun with more than one process both sides are sharded with FSDP2 over the ranks, each decoder
+block then the root, frozen weights and adapters gathered in bf16, gradients reduced in float32: ours as the
+trainer does (`parallel.apply_fsdp`), the peer as an FSDP2 user of peft writes it (`fully_shard` per
+`LlamaDecoderLayer`, `MixedPrecisionPolicy(bf16, float32)`; its adapters are float32, peft's default). Each
+rank trains its own row; tokens/s are per GPU.
 Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
 peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with fp8native) the frozen base
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts).
@@ -47,8 +53,12 @@ TINY = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4
                   vocab_size=256, max_seq_length=64, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
 
 
-def batch(shape: LlamaShape, seq: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator(device=device).manual_seed(1)
+def rank_of(mesh) -> int:
+    return 0 if mesh is None else torch.distributed.get_rank()
+
+
+def batch(shape: LlamaShape, seq: int, device, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device=device).manual_seed(1 + rank)
     tokens = torch.randint(0, shape.vocab_size, (1, seq), device=device, generator=g)
     labels = torch.roll(tokens, -1, 1)
     labels[:, : seq // 3] = -100  # the prompt is not scored
@@ -56,7 +66,7 @@ def batch(shape: LlamaShape, seq: int, device) -> tuple[torch.Tensor, torch.Tens
     return tokens, labels
 
 
-def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
+def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
     from training.llama2_70b_lora import model as lora_model
     from training.llama2_70b_lora.config import LoraConfig
 
@@ -75,8 +85,8 @@ def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
     original = lora_model.model_shape
     lora_model.model_shape = lambda cfg: shape  # the tiny shape on CPU; the 70B preset's otherwise
     try:
-        par = cfg.parallelism(1)
-        model, fp8, applied = lora_model.build_model(cfg, par, None, device, cfg.requested_precision()
+        par = cfg.parallelism(world)
+        model, fp8, applied = lora_model.build_model(cfg, par, mesh, device, cfg.requested_precision()
                                                      if device.type == "cuda" else "fp32")  # fmt: skip
     finally:
         lora_model.model_shape = original
@@ -86,11 +96,13 @@ def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
     optimizer, impl = optim.build_optimizer(
         model, 4e-4, (0.9, 0.999), 1e-8, 1e-4, fused=device.type == "cuda"
     )
-    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    step = Step(model, optimizer, Parallelism(1, 1, 1, 1, 1, 1), device,
+    autocast = contextlib.nullcontext()  # (FSDP2 gathers bf16 weights; one GPU: autocast, as the trainer)
+    if device.type == "cuda" and applied["data_parallel"] == "off":
+        autocast = torch.autocast("cuda", torch.bfloat16)
+    step = Step(model, optimizer, Parallelism(world, 1, 1, 1, world, 1), device, mesh,
                 loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy, autocast=autocast, fp8=fp8,
                 clip_norm=0.3)  # fmt: skip
-    micro = [batch(shape, seq, device)]
+    micro = [batch(shape, seq, device, rank_of(mesh))]
     losses = []
 
     def run():
@@ -99,33 +111,49 @@ def bench_ours(shape, seq, modes, device, args) -> tuple[callable, dict]:
 
     adapters = sum(p.numel() for p in step.params)
     return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "ac": applied[
-        "activation_checkpointing"], "optimizer": impl}  # fmt: skip
+        "activation_checkpointing"], "optimizer": impl, "data_parallel": applied["data_parallel"]}  # fmt: skip
 
 
-def bench_peft(shape, seq, modes, device, args) -> tuple[callable, dict]:
+def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
     import peft
     import transformers
 
     config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device("meta"):
+    with torch.device("meta"):  # built, wrapped and sharded before any rank allocates its part
         model = transformers.LlamaForCausalLM(config).to(dtype)
-    model.to_empty(device=device)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            torch.nn.init.ones_(p) if name.endswith("norm.weight") else torch.nn.init.normal_(p, 0.0, 0.02)
-        rotary = type(model.model.rotary_emb)
-        model.model.rotary_emb = rotary(config=model.config).to(device)
-    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, bias="none",
-                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
-    model = peft.get_peft_model(model, lora)
+        lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, bias="none",
+                               target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
+        model = peft.get_peft_model(model, lora)
     if "ac" in modes:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    sharded = "off"
+    if mesh is not None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mesh=mesh["dp"], mp_policy=policy)
+        fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
+        sharded = f"FSDP2 over {world} ranks ({str(dtype)[6:]} gather, fp32 reduce)"
+    model.to_empty(device=device)
+    with torch.no_grad():  # HF's init for the base, peft's for the adapters (A kaiming, B zero)
+        for name, p in model.named_parameters():
+            if "lora_A" in name:
+                torch.nn.init.kaiming_uniform_(p, a=5**0.5)
+            elif "lora_B" in name:
+                torch.nn.init.zeros_(p)
+            elif name.endswith("norm.weight"):
+                torch.nn.init.ones_(p)
+            else:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+        inner = model.base_model.model.model
+        inner.rotary_emb = type(inner.rotary_emb)(config=config).to(device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
                                   fused=device.type == "cuda")  # fmt: skip
-    tokens, labels = batch(shape, seq, device)
+    tokens, labels = batch(shape, seq, device, rank_of(mesh))
     losses = []
 
     def run():
@@ -136,11 +164,12 @@ def bench_peft(shape, seq, modes, device, args) -> tuple[callable, dict]:
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.detach())
 
-    return run, {"adapters": sum(p.numel() for p in params), "losses": losses, "fp8": "off",
+    adapters = sum(p.numel() for p in params)  # (global counts: DTensors report the full shape)
+    return run, {"adapters": adapters, "losses": losses, "fp8": "off", "data_parallel": sharded,
                  "ac": "gradient checkpointing" if "ac" in modes else "off"}  # fmt: skip
 
 
-def bench(variant: str, shape: LlamaShape, seq: int, args, device) -> dict:
+def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: int) -> dict:
     kind, precision, *modes = variant.split("-")
     if kind not in ("ours", "peft") or precision not in ("bf16", "fp8native"):
         raise SystemExit(f"variant {variant}: expected ours|peft - bf16|fp8native [-ac|-acN|-eager]")
@@ -149,7 +178,8 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device) -> dict:
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    run, info = (bench_ours if kind == "ours" else bench_peft)(shape, seq, [precision, *modes], device, args)
+    build = bench_ours if kind == "ours" else bench_peft
+    run, info = build(shape, seq, [precision, *modes], device, args, mesh, world)
     if device.type == "cuda":
         info["built_gib"] = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
@@ -160,6 +190,11 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device) -> dict:
     tokens_per_s = seq / ms * 1e3
     flops = shape.lora_flops_per_token(seq, info["adapters"])
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    if mesh is not None:  # the slowest rank's time and the largest peak
+        both = torch.tensor([ms, peak], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(both, torch.distributed.ReduceOp.MAX)
+        ms, peak = both.tolist()
+        tokens_per_s = seq / ms * 1e3
     losses = [float(x) for x in info.pop("losses")]
     return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
             "model_tflops": flops * tokens_per_s / 1e12, "peak_gib": peak, "first_step_s": first_s,
@@ -176,32 +211,49 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model on the CPU (smoke test)")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
-    device = torch.device("cuda" if gpu else "cpu")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
+    mesh = None
+    if world > 1:
+        import torch.distributed as dist
+
+        from training.llama.parallel import build_mesh
+
+        if gpu:
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
+        mesh = build_mesh(device.type, world, 1)
+    main_rank = mesh is None or torch.distributed.get_rank() == 0
     shape = TINY if args.tiny else PRESETS["70b"].replace(num_layers=args.layers)
     seq = args.seq or (64 if args.tiny else 8192)
     shape = shape.replace(max_seq_length=seq)
     formula = "4 x N x tokens + 6 x seq x hidden x layers x tokens + 6 x adapters x tokens"
     results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(), "seq": seq,
-               "layers": shape.num_layers, "bf16_matmul_tflops": matmul_peak(device), "runs": {},
+               "layers": shape.num_layers, "gpus": world if gpu else 0, "bf16_matmul_tflops": matmul_peak(device), "runs": {},
                "flops_formula": formula}  # fmt: skip
-    print(f"{results['device']}, torch {torch.__version__}, {shape.num_layers} layers of the 70B width, "
-          f"seq {seq}", flush=True)  # fmt: skip
+    say = print if main_rank else (lambda *a, **k: None)
+    say(f"{results['device']} x {world}, torch {torch.__version__}, {shape.num_layers} layers of the 70B "
+        f"width, seq {seq}", flush=True)  # fmt: skip
     for variant in args.variants.split(","):
         try:
-            r = bench(variant, shape, seq, args, device)
+            r = bench(variant, shape, seq, args, device, mesh, world)
         except torch.cuda.OutOfMemoryError as err:
             r = {"error": f"out of memory: {str(err)[:600]}"}
         results["runs"][variant] = r
-        print(f"  {variant}: {json.dumps(r)}", flush=True)
+        say(f"  {variant}: {json.dumps(r)}", flush=True)
         gc.collect()
         if gpu:
             torch.cuda.empty_cache()
+    if mesh is not None:
+        torch.distributed.destroy_process_group()
+    if not main_rank:
+        return 0
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_lora.json").write_text(json.dumps(results, indent=2) + "\n")
     peer = next((r for n, r in results["runs"].items() if n.startswith("peft") and "ms" in r), None)
-    print(f"\n{results['device']}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, micro-batch 1, "
-          f"LoRA rank 16; model FLOPs {results['flops_formula']}")  # fmt: skip
-    print("| variant | s/step | tokens/s | model TFLOP/s | peak GiB | vs peer |\n|---|---|---|---|---|---|")
+    print(f"\n{results['device']} x {world}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, "
+          f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}")  # fmt: skip
+    print("| variant | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB | vs peer |\n|---|---|---|---|---|---|")
     for name, r in results["runs"].items():
         if "ms" not in r:
             print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")

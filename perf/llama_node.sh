@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 22: Llama 3.1 8B on every GPU of this machine (4 x H200 asked), full 8B, sequence 8192, micro-batch 1
+# per GPU, FSDP2, compiled blocks. torchtitan 0.2.2 and its imports are carried as wheels in .whl and installed
+# beforehand (training/throughput/README.md). STAGES picks, in this order:
+#   hf      perf/bench_llama.py: the Hugging Face peer (BF16) against ours in BF16 and native FP8 (the fastest
+#           FP8 mode: fused FP8 MLP, FP8 all-gather, Triton AdamW), blocks kept gathered, one micro-batch a step
+#   titan   perf/bench_throughput.py --layers 32: ours against torchtitan's Llama 3.1 8B in BF16 and FP8 (its
+#           float8), same shape, both resharding after forward (torchtitan's default)
+#   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
+#   runner  perf/llama_gpu.sh SIZE=8b: the 8B trainer through run_with_docker.sh with config_H200_1x8x1_8b.sh
+#           adapted to the GPUs; its tracked_stats to set beside the bench's
+# Usage (repo root): OUT=/some/dir [STAGES="hf titan accum runner"] bash perf/llama_node.sh
+set -euo pipefail
+out="${OUT:?set OUT to a folder for the results}"
+export PYTHONUNBUFFERED=1
+stages="${STAGES:-hf titan accum runner}"
+gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+run=(python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}")
+status=0  # a failed stage is reported at the end; the later stages still run
+if [[ " ${stages} " == *" hf "* ]]; then
+  OUT="${out}" "${run[@]}" perf/bench_llama.py --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
+    --steps 6 --warmup 2 2>&1 | tee "${out}/bench_llama.log" || status=1
+fi
+if [[ " ${stages} " == *" titan "* ]]; then
+  OUT="${out}" "${run[@]}" perf/bench_throughput.py --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
+    --peers ours,titan --steps 6 --warmup 2 2>&1 | tee "${out}/bench_throughput.log" || status=1
+fi
+if [[ " ${stages} " == *" accum "* ]]; then
+  mkdir -p "${out}/accum"
+  OUT="${out}/accum" "${run[@]}" perf/bench_llama.py --variants ours-fp8native-keep --accum $((16 / gpus)) \
+    --steps 4 --warmup 1 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
+fi
+if [[ " ${stages} " == *" runner "* ]]; then
+  OUT="${out}" SIZE=8b bash perf/llama_gpu.sh 2>&1 | tail -n 40 || status=1
+fi
+exit "${status}"
