@@ -78,10 +78,10 @@ def test_bf16_residual_where_precision_resolves_to_fp32_is_a_named_error(bert_da
 
 
 @pytest.mark.parametrize(
-    "backend,residual,description", [("auto", "fp32", "torchao float8"), ("native", "bf16", "native FP8")]
+    "backend,residual,description", [("torchao", "fp32", "torchao float8"), ("auto", "bf16", "native FP8")]
 )
 def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, residual, description):
-    if backend == "auto":
+    if backend == "torchao":
         pytest.importorskip("torchao")
     proc = run_train(
         bert_data, INIT_CHECKPOINT="none", PRECISION="fp8", FP8_BACKEND=backend, RESIDUAL_DTYPE=residual
@@ -91,5 +91,5 @@ def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, residual, 
     assert events["backend_precision"] == "fp8" and events["backend_residual_dtype"] == residual
     swapped = f"{4 * TINY['num_hidden_layers']} linear layers"  # qkv, attn_out, ffn_in, ffn_out per layer
     assert events["backend_fp8"].startswith(description) and swapped in events["backend_fp8"]
-    assert ("MLPs fused" in events["backend_fp8"]) == (backend == "native")
+    assert ("MLPs fused" in events["backend_fp8"]) == (description == "native FP8")
     assert "non-finite" not in proc.stderr and 0 <= events["eval_accuracy"] <= 1

@@ -31,21 +31,6 @@ LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
 CLIP_NORM = 1.0
 
 
-def fp8_backend(requested: str) -> str:
-    """`auto`: Transformer Engine where importable, else ours (`native`, faster than torchao's on H100 and
-    H200: perf/RESULTS.md), else torchao where ours cannot run (MI300-class GPUs have no OCP FP8)."""
-    if requested != "auto":
-        return requested
-    try:
-        return choose_backend("te")
-    except ValueError:
-        pass
-    try:
-        return choose_backend("native")
-    except ValueError:
-        return "torchao"
-
-
 def describe_attention(backend: str, window: int | None, device: torch.device) -> str:
     """What the model's `attention()` runs for this backend, window and device."""
     if window is None:
@@ -70,7 +55,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
     fp8 = None
     if args.enable_fp8:
         fp8 = Fp8Settings(
-            backend=fp8_backend(args.fp8_backend),
+            backend=choose_backend(args.fp8_backend),
             gather_in_fp8=mesh is not None,
             fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj"),
         )
