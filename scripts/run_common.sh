@@ -467,6 +467,10 @@ _on_exit() {
   exit "${rc}"
 }
 _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit cleans up
+  # Once stopping, a second Ctrl-C (the user who presses it again) must not cut the stop short: it would run
+  # this again and kill, as part of the terminal's process group, the restore of the host's settings that
+  # _on_exit runs. Ignored here, and so in each command started from here on.
+  trap '' INT TERM
   echo "${RUNNER}: caught SIG$1, stopping" >&2
   if [[ -n ${_run_pid} ]]; then
     kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2

@@ -5,6 +5,7 @@ the CPU-sized demo configs. Each test tunes a fake /proc + /sys tree (TUNABLES_R
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -51,11 +52,16 @@ def test_every_setting_changed_is_restored_when_stopped(launch, host):
     assert kernel_settings(host) == before
 
 
-@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["from-a-shell", "as-a-scripts-job"])
-def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint):
+@pytest.mark.parametrize(
+    "sigint, impatient",
+    [(signal.SIG_DFL, False), (signal.SIG_IGN, False), (signal.SIG_DFL, True)],
+    ids=["from-a-shell", "as-a-scripts-job", "pressed-again-while-it-stops"],
+)
+def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint, impatient):
     """A user's Ctrl-C on the launcher's terminal: SIGINT to its process group (the run and its tee are groups
     of their own, which it stops with SIGTERM). The run writes its outcome, interrupted; the log says why it
-    ended; the host is put back; exit 130. Also when started with SIGINT ignored, as a script's `cmd &` is."""
+    ended; the host is put back; exit 130. Also when started with SIGINT ignored, as a script's `cmd &` is,
+    and when Ctrl-C is pressed again and again while it stops (it once killed the restore of the host)."""
     before = kernel_settings(host)
     master, slave = os.openpty()
     try:
@@ -64,11 +70,15 @@ def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint):
         pidfile = launch.tmp / "state" / f"{PREFIX}_1.pid"
         wait_for(pidfile.exists, what="the first run to start")
         os.write(master, b"\x03")  # ^C: the terminal sends SIGINT to its foreground process group
+        deadline = time.monotonic() + 60
+        while impatient and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            os.write(master, b"\x03")
         out, _ = proc.communicate(timeout=60)
     finally:
         os.close(master)
     assert proc.returncode == 130, out
-    assert "caught SIGINT" in out and "runtime tunables restored" in out
+    assert out.count("caught SIGINT") == 1 and "runtime tunables restored" in out
     assert kernel_settings(host) == before
     outcome = json.loads((launch.logdir / f"{PREFIX}_1.outcome.json").read_text())
     assert (outcome["status"], outcome["detail"]) == ("interrupted", "SIGTERM")
