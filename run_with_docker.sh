@@ -9,7 +9,8 @@
 # CONTAINER_RUNTIME=none runs the in-container steps on this host, from the repo root, with $PYTHON.
 # The loop, logs, checks and scoring are scripts/run_common.sh, shared with run.sub (SLURM).
 # Exit status: 0 when every run converged and passed its checks, 1 otherwise (each failure is listed),
-# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (the stopped run's partial log is kept).
+# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (the stopped run's partial log is kept; SIGINT
+# too when started as a script's `cmd &` job, which a shell starts with SIGINT ignored).
 set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
@@ -17,6 +18,7 @@ RUNNER=run_with_docker.sh
 PATH="${PATH}:/usr/sbin:/sbin" # sysctl
 # shellcheck source=scripts/run_common.sh
 source "${REPO_DIR}/scripts/run_common.sh"
+reexec_with_sigint "$@"
 
 load_config
 : "${CONTAINER_RUNTIME:=docker}"

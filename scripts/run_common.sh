@@ -4,8 +4,9 @@
 # highest index already there, its compliance check), putting the host's settings back, and the final
 # scoring. Sourced, never run.
 #
-# The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls load_config and
-# config_env, then defines where its steps run and calls preflight and run_experiments:
+# The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls
+# reexec_with_sigint "$@", load_config and config_env, then defines where its steps run and calls preflight
+# and run_experiments:
 #   on_each_node COMMAND ...                      once on the host of every node (runtime tunables, cache drop)
 #   run_inside [NAME=VALUE ...] -- COMMAND ...    once, where training runs (container or host), from the code
 #                                                 folder: the preflight, the compliance checks, the scoring
@@ -440,6 +441,23 @@ describe_log_failure() {
   fi
 }
 
+# A non-interactive shell starts its background jobs (`bash run_with_docker.sh &` in a script, a CI step, a
+# test runner started that way) with SIGINT ignored, and bash can neither trap nor reset a signal ignored when
+# it started: install_traps' INT trap would be dropped without a word, and a SIGINT (kill -INT, a CI's cancel,
+# a Ctrl-C reaching the wrapper's process group) would leave the run going and the host tuned until it ended.
+# A launcher started so runs itself again, once, with SIGINT at its default. Its first call, with its
+# arguments: nothing before it is done twice.
+reexec_with_sigint() {
+  local again=${_RUNNER_SIGINT_RESET:-}
+  unset _RUNNER_SIGINT_RESET
+  [[ -n $(trap -p INT) ]] || return 0 # no trap is set yet: a listed one is SIGINT ignored at the start
+  if [[ -z ${again} ]] && env --default-signal=INT true 2>/dev/null; then
+    exec env --default-signal=INT _RUNNER_SIGINT_RESET=1 "${BASH}" "$0" "$@"
+  fi
+  echo "WARNING: ${RUNNER} was started with SIGINT ignored and cannot undo it (env --default-signal needs" \
+    "coreutils 8.31): SIGINT will not stop it, SIGTERM will" >&2
+}
+
 _run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
@@ -449,6 +467,10 @@ _on_exit() {
   exit "${rc}"
 }
 _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit cleans up
+  # Once stopping, a second Ctrl-C (the user who presses it again) must not cut the stop short: it would run
+  # this again and kill, as part of the terminal's process group, the restore of the host's settings that
+  # _on_exit runs. Ignored here, and so in each command started from here on.
+  trap '' INT TERM
   echo "${RUNNER}: caught SIG$1, stopping" >&2
   if [[ -n ${_run_pid} ]]; then
     kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2

@@ -8,11 +8,13 @@ keeps a pretend container's environment and runs `exec` commands here). Host tun
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,14 +77,27 @@ class Launch:
             timeout=60,
         )
 
-    def start(self, **extra: str) -> subprocess.Popen:
+    def start(self, *, sigint=None, terminal: int | None = None, **extra: str) -> subprocess.Popen:
+        """run_with_docker.sh, not waited for. `sigint`: the SIGINT handling it starts with (SIG_IGN: as a
+        script's `cmd &` job starts; None: this process's). `terminal`: the slave of a pty, to be its
+        controlling terminal in a session of its own, where a ^C written to the master is a user's Ctrl-C."""
+
+        def child_setup() -> None:
+            if sigint is not None:
+                signal.signal(signal.SIGINT, sigint)
+            if terminal is not None:
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
         return subprocess.Popen(
             ["bash", str(REPO / "run_with_docker.sh")],
             env={**self.env, **extra},
             cwd=self.tmp,
+            stdin=terminal,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=terminal is not None,
+            preexec_fn=child_setup if sigint is not None or terminal is not None else None,
         )
 
     def calls(self, prog: str | None = None) -> list[Call]:

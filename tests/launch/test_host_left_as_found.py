@@ -2,11 +2,22 @@
 runtime_tunables.sh changed, at the end of the runs and when stopped by a signal, and leave the host alone for
 the CPU-sized demo configs. Each test tunes a fake /proc + /sys tree (TUNABLES_ROOT), never this host."""
 
+import json
+import os
 import signal
+import time
 
 import pytest
 
-from tests.launch.helpers import PREFIX, REPO, fake_host, kernel_settings, stop_and_wait, wait_for
+from tests.launch.helpers import (
+    PREFIX,
+    REPO,
+    fake_host,
+    kernel_settings,
+    process_alive,
+    stop_and_wait,
+    wait_for,
+)
 
 CPU_CONFIGS = sorted(REPO.glob("configs/*/config_CPU_*.sh"))
 
@@ -39,6 +50,41 @@ def test_every_setting_changed_is_restored_when_stopped(launch, host):
     rc, out = stop_and_wait(proc, signal.SIGTERM)
     assert rc == 143, out
     assert kernel_settings(host) == before
+
+
+@pytest.mark.parametrize(
+    "sigint, impatient",
+    [(signal.SIG_DFL, False), (signal.SIG_IGN, False), (signal.SIG_DFL, True)],
+    ids=["from-a-shell", "as-a-scripts-job", "pressed-again-while-it-stops"],
+)
+def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint, impatient):
+    """A user's Ctrl-C on the launcher's terminal: SIGINT to its process group (the run and its tee are groups
+    of their own, which it stops with SIGTERM). The run writes its outcome, interrupted; the log says why it
+    ended; the host is put back; exit 130. Also when started with SIGINT ignored, as a script's `cmd &` is,
+    and when Ctrl-C is pressed again and again while it stops (it once killed the restore of the host)."""
+    before = kernel_settings(host)
+    master, slave = os.openpty()
+    try:
+        proc = launch.start(NEXP="2", FAKE_SLEEP_TAGS=f"{PREFIX}_1", sigint=sigint, terminal=slave)
+        os.close(slave)
+        pidfile = launch.tmp / "state" / f"{PREFIX}_1.pid"
+        wait_for(pidfile.exists, what="the first run to start")
+        os.write(master, b"\x03")  # ^C: the terminal sends SIGINT to its foreground process group
+        deadline = time.monotonic() + 60
+        while impatient and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            os.write(master, b"\x03")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert proc.returncode == 130, out
+    assert out.count("caught SIGINT") == 1 and "runtime tunables restored" in out
+    assert kernel_settings(host) == before
+    outcome = json.loads((launch.logdir / f"{PREFIX}_1.outcome.json").read_text())
+    assert (outcome["status"], outcome["detail"]) == ("interrupted", "SIGTERM")
+    assert "run_with_docker.sh: run stopped by SIGINT" in (launch.logdir / f"{PREFIX}_1.log").read_text()
+    wait_for(lambda: not process_alive(int(pidfile.read_text())), timeout=5, what="the training to end")
+    assert launch.logs() == [f"{PREFIX}_1.log"] and launch.module_calls("training.scoring") == []
 
 
 def test_a_cpu_demo_config_leaves_the_host_alone(launch, host):
