@@ -4,7 +4,7 @@ peer a user would pick, Hugging Face `LlamaForCausalLM` + `peft` LoRA, side by s
     python perf/bench_lora.py --layers 40 [--variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac24]
         [--steps 6] [--warmup 2] [--seq 8192]
     torchrun --nproc_per_node=4 perf/bench_lora.py --layers 80 --variants peft-bf16-ac,ours-fp8native
-    python perf/bench_lora.py --tiny          # CPU smoke test of this script (torchrun --nproc_per_node=2: FSDP2)
+    python perf/bench_lora.py --tiny          # CPU smoke test (under torchrun --nproc_per_node=2: FSDP2)
 
 The 70B width (hidden 8192, FFN 28672, 64 / 8 heads, vocabulary 32000), `--layers` blocks, random frozen
 weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape).
@@ -110,8 +110,9 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
         losses.append(loss)
 
     adapters = sum(p.numel() for p in step.params)
-    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "ac": applied[
-        "activation_checkpointing"], "optimizer": impl, "data_parallel": applied["data_parallel"]}  # fmt: skip
+    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"],
+                 "ac": applied["activation_checkpointing"], "optimizer": impl,
+                 "data_parallel": applied["data_parallel"]}  # fmt: skip
 
 
 def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
@@ -229,7 +230,8 @@ def main() -> int:
     shape = shape.replace(max_seq_length=seq)
     formula = "4 x N x tokens + 6 x seq x hidden x layers x tokens + 6 x adapters x tokens"
     results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(), "seq": seq,
-               "layers": shape.num_layers, "gpus": world if gpu else 0, "bf16_matmul_tflops": matmul_peak(device), "runs": {},
+               "layers": shape.num_layers, "gpus": world if gpu else 0,
+               "bf16_matmul_tflops": matmul_peak(device), "runs": {},
                "flops_formula": formula}  # fmt: skip
     say = print if main_rank else (lambda *a, **k: None)
     say(f"{results['device']} x {world}, torch {torch.__version__}, {shape.num_layers} layers of the 70B "
@@ -253,7 +255,8 @@ def main() -> int:
     peer = next((r for n, r in results["runs"].items() if n.startswith("peft") and "ms" in r), None)
     print(f"\n{results['device']} x {world}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, "
           f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}")  # fmt: skip
-    print("| variant | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB | vs peer |\n|---|---|---|---|---|---|")
+    print("| variant | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB | vs peer |")
+    print("|---|---|---|---|---|---|")
     for name, r in results["runs"].items():
         if "ms" not in r:
             print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")

@@ -118,7 +118,8 @@ class RunSettings:
     fp8_backend: str = var(
         "FP8_BACKEND",
         "auto",
-        help="PRECISION=fp8: auto (Transformer Engine, else native on GPUs with OCP FP8, else torchao) | te | torchao | native (ours)",
+        help="PRECISION=fp8: auto (Transformer Engine, else native where OCP FP8 runs, else torchao) | te | "
+        "torchao | native (ours)",
     )
     fp8_casts: str = var(
         "FP8_CASTS",
