@@ -109,8 +109,12 @@ def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
     assert float((y - want).norm() / want.norm()) < 0.03
 
 
-def test_fp8_needs_a_backend(monkeypatch):
+def test_fp8_auto_falls_back_to_native_and_needs_a_library_on_mi300(monkeypatch):
+    """auto: Transformer Engine, else ours where the OCP FP8 formats run, else torchao; an MI300-class GPU
+    (FNUZ formats only) with neither library has no backend."""
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
+    assert apply_fp8(fresh(), Fp8Settings()).backend == "native"
+    monkeypatch.setattr(fp8_module, "_rocm_arch", lambda: "gfx942")
     with pytest.raises(ValueError, match="neither is importable"):
         apply_fp8(fresh(), Fp8Settings())
 
