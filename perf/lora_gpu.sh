@@ -21,7 +21,7 @@ gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 (( gpus >= 1 && 8 % gpus == 0 )) || { echo "lora_gpu.sh: ${gpus} GPUs do not divide GBS 8" >&2; exit 1; }
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
-  python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" perf/bench_lora.py --layers 80 \
+  OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" perf/bench_lora.py --layers 80 \
     --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi
@@ -50,20 +50,19 @@ if [[ " ${stages} " == *" runner "* ]]; then
   done
 fi
 python3 - "${out}" "${gpus}" <<'PY'
-import glob, json, re, statistics, sys
+import json, statistics, sys
 from pathlib import Path
 
+import mlperf_logging
+
 out, gpus = Path(sys.argv[1]), int(sys.argv[2])
-RCP_SAMPLES = [3072, 2688, 3456, 3072, 3072, 3072, 3456, 3456, 3072, 2688, 3456, 3072, 3072, 3072, 3840, 3456,
-               2688, 3072, 3456, 3456]  # mlperf-logging 5.1.0, llama2_70b_lora_ref_8 (GBS 8)
-mean_samples = statistics.mean(RCP_SAMPLES)
+rcps = Path(mlperf_logging.__file__).parent / "rcp_checker/training_5.1.0/rcps_llama2_70b_lora.json"
+mean_samples = statistics.mean(json.loads(rcps.read_text())["llama2_70b_lora_ref_8"]["samples to converge"])
 peer = None
-bench = out / "bench_lora.log"
+bench = out / "bench_lora.json"  # written by perf/bench_lora.py under $OUT
 if bench.exists():
-    for line in bench.read_text().splitlines():
-        m = re.match(r"\s+(peft-\S+): (\{.*\})$", line)
-        if m and "tokens_per_s" in (r := json.loads(m.group(2))):
-            peer = (m.group(1), r)
+    peer = next(((name, r) for name, r in json.loads(bench.read_text())["runs"].items()
+                 if name.startswith("peft") and "tokens_per_s" in r), None)
 print(f"\nLlama 2 70B LoRA, 80 blocks, {gpus} GPUs, seq 8192, GBS 8; RCP mean {mean_samples:.0f} samples")
 print("| run | s/step | tokens/s per GPU | model TFLOP/s per GPU | vs peer | projected 8-GPU TTT (min) |")
 print("|---|---|---|---|---|---|")
@@ -71,7 +70,7 @@ if peer:
     r = peer[1]
     print(f"| peer {peer[0]} (bench) | {r['ms'] / 1e3:.2f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.0f} "
           f"| 1.00x | |")
-for log in sorted(out.glob("lora_*/llama2_70b_lora_*.log")) + sorted(out.glob("lora_*/*/llama2_70b_lora_*.log")):
+for log in sorted(out.glob("lora_*/llama2_70b_lora_*.log")):
     events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()
               if ":::MLLOG " in line]
     stats = [e for e in events if e["key"] == "tracked_stats"]
