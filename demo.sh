@@ -12,18 +12,20 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 # shellcheck source=scripts/venv.sh
 source scripts/venv.sh
 
+# shellcheck source=configs/bert/config_CPU_1x1x10.sh
+source configs/bert/config_CPU_1x1x10.sh
 demo_dir="${DEMO_DIR:-${PWD}/demo}"
-data="${demo_dir}/bert_data"
+# rows of the config's length: a folder made for another length is not reused
+data="${demo_dir}/bert_data_seq${MAX_SEQ_LENGTH}"
 sample=input_preprocessing/bert/sample
 if ! python -m input_preprocessing.bert.verify "${data}" >/dev/null 2>&1; then
   echo "== preparing ${data} from the bundled Wikipedia excerpt"
   ./input_preprocessing/prepare_data.sh --outputdir "${data}" --packed-data --wiki-dump "${sample}/enwiki_sample.xml.bz2" \
-    --vocab "${sample}/bert_uncased_vocab.txt" --shards 8 --eval-samples 500
+    --vocab "${sample}/bert_uncased_vocab.txt" --shards 8 --eval-samples 500 \
+    --max-seq-length "${MAX_SEQ_LENGTH}" --max-predictions-per-seq "${MAX_PREDICTIONS_PER_SEQ}"
 fi
 
 echo "== running the small default"
-# shellcheck source=configs/bert/config_CPU_1x1x10.sh
-source configs/bert/config_CPU_1x1x10.sh
 DATADIR="${data}" LOGDIR="${demo_dir}/results/$(date +%Y%m%d-%H%M%S)" NEXP="${NEXP:-2}" CONTAINER_RUNTIME=none
 export DATADIR LOGDIR NEXP CONTAINER_RUNTIME
 status=0

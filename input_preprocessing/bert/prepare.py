@@ -10,7 +10,7 @@ written atomically and skipped when present, so a killed run picks up where it s
               or --text-dir DIR); R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh uses a local copy of the script
   examples    per text part: tokenize, build masked-LM/next-sentence examples (seed 12345, dupe factor 10)
   eval        eval.txt's examples, 10,000 picked evenly -> hdf5/eval_varlength/part_eval_10k.hdf5
-  plan        rows (packed: up to 3 sequences of at most 512 tokens) and their shards, seed 12345
+  plan        rows (packed: up to 3 sequences in 512 tokens, or --max-seq-length) and their shards, seed 12345
   scatter     per part: sequences reordered by destination shard
   shards      hdf5/packed_data/part_NNNNN (or, unpacked, hdf5/training-N/hdf5_N_shards_varlength_shuffled/)
   checkpoint  phase1/model.ckpt-28252 (TF1) -> phase1/model.ckpt-28252.pt
@@ -452,13 +452,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
     add("--tf-checkpoint", type=Path, help="TF1 checkpoint prefix to convert, with local text")
     add("--eval-samples", type=int, default=10_000, help="eval samples to pick (default 10000)")
     add("--eval-articles", type=int, help="articles held out for eval from --wiki-dump (default 10%%)")
+    add("--max-seq-length", type=int, help="tokens per sequence (default 512); local text only")
+    add("--max-predictions-per-seq", type=int, help="masked tokens per sequence (default 76); local text")
     add("-j", "--jobs", type=int, help="worker processes (default: CPUs, fewer if memory is short)")
     add("--metadata-url", default=download.MLCOMMONS_METADATA, help=argparse.SUPPRESS)
     add("--keep-work", action="store_true", help="keep OUTPUTDIR/work (intermediates)")
     add("--no-disk-check", action="store_true", help="skip the free-disk check")
     add("--debug-kill-after", type=_kill_after, help=argparse.SUPPRESS)  # STAGE:N, for the resume test
     args = parser.parse_args(argv)
-    for name in ("shards", "eval_samples", "jobs", "eval_articles"):
+    counts = ("shards", "eval_samples", "jobs", "eval_articles", "max_seq_length", "max_predictions_per_seq")
+    for name in counts:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
@@ -469,6 +472,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
         parser.error("--vocab and --tf-checkpoint go with local text (MLCommons' download brings its own)")
     if args.eval_articles and not args.wiki_dump:
         parser.error("--eval-articles goes with --wiki-dump")
+    params = PretrainingParams()
+    if args.max_seq_length or args.max_predictions_per_seq:
+        if not local:
+            parser.error("--max-seq-length and --max-predictions-per-seq go with local text "
+                         "(MLPerf's data is 512 tokens, 76 predictions)")  # fmt: skip
+        if args.max_seq_length and not 16 <= args.max_seq_length <= params.max_seq_length:
+            parser.error(f"--max-seq-length {args.max_seq_length}: expected 16 to {params.max_seq_length}")
+        params = dataclasses.replace(
+            params,
+            max_seq_length=args.max_seq_length or params.max_seq_length,
+            max_predictions_per_seq=args.max_predictions_per_seq or params.max_predictions_per_seq,
+        )
     if local and args.skip_download:
         parser.error(
             "--skip-download is for MLCommons' inputs; local text (--wiki-dump, --text-dir) downloads nothing"
@@ -492,6 +507,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         keep_work=args.keep_work,
         disk_check=not args.no_disk_check,
         kill_after=args.debug_kill_after,
+        params=params,
     )
 
 

@@ -137,6 +137,29 @@ def test_changed_settings_are_refused_on_resume(packed_run, small_text, capsys):
     assert "holds a run with other settings (shards: 4 before, 5 now)" in capsys.readouterr().err
 
 
+def test_shorter_rows_for_local_text(tmp_path, small_text, capsys):
+    """--max-seq-length and --max-predictions-per-seq (the CPU default's 128-token rows; 12 predictions here,
+    fewer than 15% of 128, to see the cap): every training row and eval sequence fits, with at most that many
+    predictions each; MLCommons' data keeps 512 and 76."""
+    args = ["--outputdir", tmp_path / "data", "--text-dir", small_text, *SMALL_RUN]
+    assert prepare(*args, "--max-seq-length", "128", "--max-predictions-per-seq", "12") == 0
+    with h5py.File(tmp_path / "data/hdf5/packed_data/part_00000") as f:
+        assert max(len(ids) for ids in f["input_ids"]) == 128
+        assert max(max(counts) for counts in f["packed_masked_lm_len"]) == 12
+    with h5py.File(tmp_path / "data/hdf5/eval_varlength/part_eval_10k.hdf5") as f:
+        assert max(len(ids) for ids in f["input_ids"]) == 128
+        assert max(len(positions) for positions in f["masked_lm_positions"]) == 12
+    assert verify(tmp_path / "data") == []
+    for bad, says in ((["--max-seq-length", "8"], "expected 16 to 512"),
+                      (["--max-seq-length", "1024"], "expected 16 to 512")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            prepare(*args, *bad)
+        assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        prepare("--outputdir", tmp_path / "mlcommons", "--max-seq-length", "128")
+    assert "go with local text" in capsys.readouterr().err
+
+
 def test_too_many_shards_for_the_data_is_an_error(tmp_path, small_text, capsys):
     assert (
         prepare("--outputdir", tmp_path, "--text-dir", small_text, "--packed-data", "--shards", "5000") == 1
