@@ -10,7 +10,7 @@ import pytest
 from training.llama.model import PRESETS
 from training.throughput import flops, published
 from training.throughput.config import load_model
-from training.throughput.run import does_not_fit, largest_batch
+from training.throughput.run import does_not_fit, growth_per_item, largest_batch
 
 LLAMA_8B = PRESETS["8b"]
 MISTRAL = load_model(
@@ -52,9 +52,18 @@ def test_published_rows_and_the_closest_gpu():
 
 def test_auto_batch_extrapolates_the_peak():
     # 20 GiB at batch 1, 30 at 2: 10 per sequence; 95 GiB usable -> 20 + 10 x (b - 1) <= 95 -> b = 8
-    assert largest_batch(20.0, 30.0, 95.0) == 8
-    assert largest_batch(20.0, 30.0, 15.0) == 1  # even batch 1 is over: the run itself will say so
-    assert largest_batch(20.0, 20.0, 95.0, limit=64) == 64
+    assert largest_batch(20.0, 10.0, 95.0) == 8
+    assert largest_batch(20.0, 10.0, 15.0) == 1  # even batch 1 is over: the run itself will say so
+    assert largest_batch(20.0, 0.0, 95.0, limit=64) == 64
+
+
+def test_auto_batch_sees_activations_under_a_flat_peak():
+    # FLUX.1 on an H200: the optimizer's peak (38.2 GiB) hid the activations at batch 1 and 2; the forward's
+    # saved tensors still grow by 1.5 GiB per image -> 38.2 + 1.5 x (b - 1) <= 127.9 -> b = 60, not 1,024
+    per_item = growth_per_item((38.2, 38.2), (2.0, 3.5))
+    assert per_item == 1.5
+    assert largest_batch(38.2, per_item, 127.9) == 60
+    assert growth_per_item((20.0, 30.0), (5.0, 9.0)) == 10.0  # the peak's growth when it is the larger
 
 
 def test_out_of_memory_names_the_batch_and_the_memory_asked_for():

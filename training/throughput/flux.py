@@ -172,4 +172,5 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         seq=None,
         params=n,
         compute="bf16" if on_gpu else "fp32 (CPU)",
+        model=model,
     )

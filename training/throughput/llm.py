@@ -119,4 +119,5 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         seq=seq,
         params=sum(p.numel() for p in model.parameters()),
         compute=precision,
+        model=model,
     )

@@ -66,57 +66,78 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
     return llm.build(spec, args, device, mesh, world)
 
 
-def largest_batch(peak_at_1: float, peak_at_2: float, budget: float, limit: int = 1024) -> int:
-    """The largest batch whose peak memory, extrapolated linearly from the peaks at batch 1 and 2, stays
-    within `budget` (at least 1, at most `limit`)."""
-    per_item = peak_at_2 - peak_at_1
+def largest_batch(peak_at_1: float, per_item: float, budget: float, limit: int = 1024) -> int:
+    """The largest batch whose peak memory, `peak_at_1` plus `per_item` for each element past the first,
+    stays within `budget` (at least 1, at most `limit`)."""
     if per_item <= 0:
         return limit
     return max(1, min(limit, math.floor((budget - peak_at_1) / per_item) + 1))
 
 
+def growth_per_item(peaks: tuple[float, float], saved: tuple[float, float]) -> float:
+    """Memory one more batch element costs, from the steps at batch 1 and 2: the larger of the peaks'
+    growth and of the growth of what the first forward left allocated for its backward. The peak alone
+    can hide it: FLUX.1's 12-block step peaked at 38.2 GiB at both batches on an H100 and an H200 (the
+    gradients and AdamW's state outweigh the activations of a few images), which extrapolated to batch
+    1,024 and ran out of memory."""
+    return max(peaks[1] - peaks[0], saved[1] - saved[0])
+
+
 def choose_batch(workload: Workload, args: RunArgs, device: torch.device) -> tuple[int, str]:
     """`--batch_size auto`: one optimizer step each at batch 1 (twice: the first creates AdamW's state, whose
-    one-off peak hid the activations' growth for FLUX on an H100, 38.2 GiB at both batches -> 457) and 2 (two
-    iterations per step where the run accumulates, so that the accumulated gradients are counted), then the
-    largest batch whose extrapolated
-    peak stays under MEMORY_MARGIN of this GPU's memory. The ranks agree on the peaks (the largest) and the
+    one-off peak is not the steps') and 2 (two iterations per step where the run accumulates, so that the
+    accumulated gradients are counted), then the largest batch whose predicted peak (`growth_per_item`)
+    stays under MEMORY_MARGIN of this GPU's memory. The ranks agree on the measures (the largest) and the
     budget (the smallest). Batch 1 out of memory ends the run with the error; batch 2 out of memory settles
     on 1 (seen with Mistral 7B FP8 at 16 blocks on one H100); the run itself out of memory, if the
-    extrapolation was wrong, ends with an error naming the batch."""
+    prediction was wrong, ends with an error naming the batch."""
     if device.type != "cuda":
         raise ConfigError("--batch_size auto sizes the batch to GPU memory: on the CPU give a number")
     accum = min(args.grad_accum, 2)
-    peaks = []
-    for batch in (1, 1, 2):
-        step = workload.make_step(batch, accum)
-        torch.cuda.reset_peak_memory_stats(device)
-        failed = None
-        try:
-            step()
-            torch.cuda.synchronize(device)
-        except torch.cuda.OutOfMemoryError as err:
-            failed = str(err)  # not the exception: its traceback holds the step's activations
-        del step
-        gc.collect()
-        if all_ranks(float(failed is not None), "max") > 0:
-            if batch == 1:
-                if failed is None:  # another rank ran out
-                    raise DoesNotFit(f"{workload.name} does not fit at batch size 1 on another rank")
-                raise DoesNotFit.from_oom(failed, workload.name, 1, device, " (sizing --batch_size auto)")
-            torch.cuda.empty_cache()
-            why = failed.splitlines()[0][:120] if failed else "on another rank"
-            return 1, f"auto: peak {peaks[-1] / 2**30:.1f} GiB at batch 1, batch 2 out of memory ({why}) -> 1"
-        peaks.append(all_ranks(torch.cuda.max_memory_allocated(device), "max"))
-    peaks = peaks[1:]  # the first step's peak includes creating the optimizer's state
+    peaks, saved = [], []
+    at_forward_end: list[int] = []  # memory allocated when the step's first forward returns
+    hook = workload.model.register_forward_hook(
+        lambda *_: at_forward_end.append(torch.cuda.memory_allocated(device))
+    )
+    try:
+        for batch in (1, 1, 2):
+            step = workload.make_step(batch, accum)
+            torch.cuda.reset_peak_memory_stats(device)
+            at_forward_end.clear()
+            before = torch.cuda.memory_allocated(device)
+            failed = None
+            try:
+                step()
+                torch.cuda.synchronize(device)
+            except torch.cuda.OutOfMemoryError as err:
+                failed = str(err)  # not the exception: its traceback holds the step's activations
+            del step
+            gc.collect()
+            if all_ranks(float(failed is not None), "max") > 0:
+                if batch == 1:
+                    if failed is None:  # another rank ran out
+                        raise DoesNotFit(f"{workload.name} does not fit at batch size 1 on another rank")
+                    raise DoesNotFit.from_oom(failed, workload.name, 1, device, " (sizing --batch_size auto)")
+                torch.cuda.empty_cache()
+                why = failed.splitlines()[0][:120] if failed else "on another rank"
+                at_1 = peaks[-1] / 2**30
+                return 1, f"auto: peak {at_1:.1f} GiB at batch 1, batch 2 out of memory ({why}) -> 1"
+            peaks.append(all_ranks(torch.cuda.max_memory_allocated(device), "max"))
+            saved.append(all_ranks(at_forward_end[0] - before if at_forward_end else 0, "max"))
+    finally:
+        hook.remove()
+    # the first step's peak includes creating the optimizer's state
+    per_item = growth_per_item((peaks[1], peaks[2]), (saved[1], saved[2]))
     free, total = torch.cuda.mem_get_info(device)
     budget = all_ranks((free + torch.cuda.memory_reserved(device)) * MEMORY_MARGIN, "min")
-    batch = largest_batch(peaks[0], peaks[1], budget)
+    batch = largest_batch(peaks[1], per_item, budget)
     torch.cuda.empty_cache()
     gib = 2**30
     note = (
-        f"auto: peaks {peaks[0] / gib:.1f} GiB at batch 1 and {peaks[1] / gib:.1f} GiB at batch 2, "
-        f"{budget / gib:.1f} GiB usable ({MEMORY_MARGIN:.0%} of what is free to PyTorch) -> {batch}"
+        f"auto: peaks {peaks[1] / gib:.1f} and {peaks[2] / gib:.1f} GiB at batch 1 and 2, the forward's "
+        f"saved tensors {saved[1] / gib:.1f} and {saved[2] / gib:.1f} GiB: {per_item / gib:.2f} GiB per "
+        f"{workload.unit}; {budget / gib:.1f} GiB usable ({MEMORY_MARGIN:.0%} of what is free to PyTorch) "
+        f"-> {batch}"
     )
     return batch, note
 

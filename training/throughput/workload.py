@@ -23,3 +23,4 @@ class Workload:
     seq: int | None  # sequence length (None for FLUX)
     params: int
     compute: str  # "bf16" on GPUs, "fp32 (CPU)"
+    model: torch.nn.Module  # the model the step runs (`--batch_size auto` measures its forward)
