@@ -21,7 +21,9 @@ trainer does (`parallel.apply_fsdp`), the peer as an FSDP2 user of peft writes i
 rank trains its own row; tokens/s are per GPU.
 Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
 peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with fp8native) the frozen base
-stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts).
+stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
+Triton). Ours also reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for
+its backward.
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
 no weight gradients, so per token 4 x N (N: parameters without the input embedding) + 6 x seq x hidden x
@@ -76,7 +78,8 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
            "COMPILE": str(int("eager" not in modes)), "FP8_BACKEND": "native",
            "PRECISION": "fp8" if "fp8native" in modes else "bf16",
            "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
-           "FP8_WEIGHTS": str(int("fp8w" in modes))}  # fmt: skip
+           "FP8_WEIGHTS": str(int("fp8w" in modes)),
+           "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto"}  # fmt: skip
     if ac and ac[0] != "ac":
         env["ACL"] = ac[0][2:]
     if device.type != "cuda":
@@ -110,7 +113,7 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
         losses.append(loss)
 
     adapters = sum(p.numel() for p in step.params)
-    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"],
+    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "model": model,
                  "ac": applied["activation_checkpointing"], "optimizer": impl,
                  "data_parallel": applied["data_parallel"]}  # fmt: skip
 
@@ -181,11 +184,19 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
         torch.cuda.reset_peak_memory_stats()
     build = bench_ours if kind == "ours" else bench_peft
     run, info = build(shape, seq, [precision, *modes], device, args, mesh, world)
+    model = info.pop("model", None)
     if device.type == "cuda":
         info["built_gib"] = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
     run()  # compiles
     first_s = time.perf_counter() - t0
+    if device.type == "cuda" and model is not None:  # what a forward leaves for its backward, per block
+        kept = []
+        hook = model.register_forward_hook(lambda *_: kept.append(torch.cuda.memory_allocated()))
+        before = torch.cuda.memory_allocated()
+        run()
+        hook.remove()
+        info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
     times = time_steps(run, args.warmup, args.steps, device)
     ms = statistics.median(times)
     tokens_per_s = seq / ms * 1e3

@@ -62,6 +62,29 @@ def test_activation_checkpointing_and_compile_keep_the_numbers():
         torch.testing.assert_close(grads2[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_fp8_blocks_compile_inside_their_checkpoint_and_keep_the_numbers():
+    """With FP8 on, a checkpointed block compiles its forward inside the eager checkpoint (compiled with the
+    checkpoint, our FP8 functions' saved tensors were kept, not recomputed: seen on GPUs); the others whole.
+    The eager model's loss, and its gradients up to FP8's rounding (e5m2 gradients: compiled kernels round
+    a few elements differently from eager ones, as they did with the checkpoint compiled in)."""
+    runs = []
+    for compiled in (False, True):
+        model = fresh()
+        fp8 = apply_fp8(model, Fp8Settings("native"))
+        parallel.apply_activation_checkpointing(model, True, layers=1)
+        described = parallel.apply_compile(model, compiled, checkpoint_outside=True)
+        runs.append(loss_and_grads(model, fp8))
+    assert "(2 blocks, 1 of them inside their eager checkpoint (FP8))" in described
+    first, second = model.layers
+    assert "_forward" in vars(first) and first._compiled_call_impl is None  # its forward, not the block
+    assert "_forward" not in vars(second) and second._compiled_call_impl is not None
+    (loss, grads), (loss2, grads2) = runs
+    torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
+    for name, grad in grads.items():
+        similarity = nn.functional.cosine_similarity(grads2[name].flatten(), grad.flatten(), 0)
+        assert similarity > 0.98, (name, similarity)
+
+
 @pytest.mark.parametrize("backend,linear", [("torchao", "Float8Linear"), ("native", "Fp8Linear")])
 def test_fp8_swaps_the_block_linears_only(backend, linear):
     if backend == "torchao":

@@ -71,3 +71,29 @@ def test_out_of_memory_names_the_batch_and_the_memory_asked_for():
     text = does_not_fit("Llama 3.1 70B", 4, "NVIDIA H200 (139.8 GiB, rank 0)", oom, 136.2)
     assert text.startswith("Llama 3.1 70B does not fit at batch size 4 per GPU on NVIDIA H200 (139.8 GiB")
     assert "asked for 3.91 GiB with 136.2 GiB already allocated" in text
+
+
+def test_flux_flops_match_torchs_flop_counter():
+    pytest.importorskip("diffusers", reason="FLUX's transformer is diffusers' FluxTransformer2DModel")
+    import torch
+    from diffusers import FluxTransformer2DModel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = {"patch_size": 1, "in_channels": 16, "num_layers": 2, "num_single_layers": 3,
+              "attention_head_dim": 16, "num_attention_heads": 4, "joint_attention_dim": 40,
+              "pooled_projection_dim": 24, "guidance_embeds": True, "axes_dims_rope": [4, 6, 6]}  # fmt: skip
+    image, text = 36, 12
+    model = FluxTransformer2DModel(**config)
+    inputs = dict(
+        hidden_states=torch.randn(1, image, 16), encoder_hidden_states=torch.randn(1, text, 40),
+        pooled_projections=torch.randn(1, 24), timestep=torch.rand(1), guidance=torch.ones(1),
+        img_ids=torch.zeros(image, 3), txt_ids=torch.zeros(text, 3), return_dict=False,
+    )  # fmt: skip
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter:
+        model(**inputs)
+    assert flops.flux(config, image, text) == 3 * counter.get_total_flops()
+    # FLUX.1-dev at 512 px (1,024 latent + 512 text tokens): 64.51 TFLOP per image for all 57 blocks
+    dev = load_model(Path(__file__).resolve().parents[2] / "configs/throughput/flux.1-dev.json", "flux").flux
+    assert flops.flux(dev.transformer, 1024, 512) == pytest.approx(64.508e12, rel=1e-4)

@@ -46,16 +46,42 @@ LLM_ACCOUNTINGS = {
     "ours": "ours: 6 x N without the input embedding + causal attention",
     "amd": "AMD's: 6 x matrices with the output layer + non-causal attention, windowed for Mistral",
 }
-FLUX_ACCOUNTINGS = {"ours": "ours: 6 x N + joint (non-causal) attention; AMD counts images/s only"}
+FLUX_ACCOUNTINGS = {
+    "ours": "ours: 3 x the forward's matrix products (each token through its stream's weights) + joint "
+    "non-causal attention; AMD counts images/s only"
+}
 
 
-def flux(transformer: dict, image_tokens: int, text_tokens: int, params: int) -> float:
-    """FLUX's model FLOPs per image: 6 x N x (image + text tokens) + 12 x tokens^2 x heads x head_dim per
-    block (joint attention over image and text, non-causal). AMD reports FLUX in images per second only."""
-    tokens = image_tokens + text_tokens
-    blocks = transformer.get("num_layers", 19) + transformer.get("num_single_layers", 38)
-    width = transformer.get("num_attention_heads", 24) * transformer.get("attention_head_dim", 128)
-    return 6 * params * tokens + 12 * tokens * tokens * width * blocks
+def flux(transformer: dict, image_tokens: int, text_tokens: int) -> float:
+    """FLUX's model FLOPs per trained image: 3 x the forward's matrix products, counted from diffusers'
+    `FluxTransformer2DModel` layout (D = heads x head_dim, I image and T text tokens, S = I + T):
+
+    - a double-stream block: image and text tokens each through their own stream's q, k, v, output and
+      4x MLP weights (12 D^2 per token: 2 x 12 D^2 x S), the two AdaLN modulations once per image
+      (2 x 2 x 6 D^2), joint attention over S (4 S^2 D);
+    - a single-stream block: q, k, v, the 4x MLP up and the projection out of their concatenation for every
+      token (2 x 12 D^2 x S), its modulation once per image (2 x 3 D^2), attention 4 S^2 D;
+    - the embedders: latents and T5 embeddings in (2 x in x D x I, 2 x joint x D x T), the time, guidance
+      and pooled CLIP embedders and the final modulation per image, the latents out (2 x D x out x I).
+
+    Counting N parameters x S tokens (as for a Llama) would put every token through both streams' weights
+    and the per-image modulations: 1.8x this for FLUX.1-dev at 512 px (64.5 TFLOP per image).
+    `tests/throughput/test_flops.py` checks this against torch's FLOP counter on a small model."""
+    t = transformer
+    d = t.get("num_attention_heads", 24) * t.get("attention_head_dim", 128)
+    s = image_tokens + text_tokens
+    channels_in = t.get("in_channels", 64)
+    channels_out = t.get("patch_size", 1) ** 2 * (t.get("out_channels") or channels_in)
+    double, single = t.get("num_layers", 19), t.get("num_single_layers", 38)
+    attention = 4 * s * s * d
+    blocks = double * (2 * 12 * d * d * s + 2 * 2 * 6 * d * d + attention)
+    blocks += single * (2 * 12 * d * d * s + 2 * 3 * d * d + attention)
+    embedders = 2 * channels_in * d * image_tokens + 2 * t.get("joint_attention_dim", 4096) * d * text_tokens
+    embedders += 2 * d * channels_out * image_tokens + 2 * 2 * d * d  # latents out, final modulation
+    per_image = 2 * (256 * d + d * d) + 2 * (t.get("pooled_projection_dim", 768) * d + d * d)  # time, CLIP
+    if t.get("guidance_embeds", False):
+        per_image += 2 * (256 * d + d * d)
+    return 3 * (blocks + embedders + per_image)
 
 
 def fmt(tflops: float) -> str:

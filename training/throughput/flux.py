@@ -164,7 +164,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         name=spec.name,
         unit="image",
         tokens_per_item=cfg.image_tokens + cfg.text_length,
-        flops_per_item={"ours": flops.flux(t, cfg.image_tokens, cfg.text_length, n)},
+        flops_per_item={"ours": flops.flux(t, cfg.image_tokens, cfg.text_length)},
         accountings=flops.FLUX_ACCOUNTINGS,
         backends=backends,
         make_step=make_step,
