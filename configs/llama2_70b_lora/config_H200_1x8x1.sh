@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 H200: NVIDIA's v4.1 schedule (config_DGXH200_1x8x2xtp1pp1cp2.sh: LR 5e-4 over 896 steps) without its context parallelism.
-# Not yet run on 8 GPUs by this toolkit; on 4 x H200 ACL=40 ran out of memory and ACL=64 ran (perf/RESULTS.md).
+# Not yet run on 8 GPUs by this toolkit; on 4 x H200 (twice the weights per GPU) native FP8 ran at ACL=40 (2,101
+# tokens/s per GPU, 1.85x HF + peft) and ran out of memory at 30; BF16 needs ACL=64 there (perf/RESULTS.md).
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora
