@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from training.common.config import ConfigError
-from training.common.preflight import check_gpus, launch_world_size
+from training.common.preflight import check_gpus, fp8_problems, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
     from training.bert import data
     from training.bert.config import BertConfig
 
-    try:
-        cfg = BertConfig.from_env(environ, environ.get("CONFIG_VARS", "").split())
-    except ConfigError as err:
-        return [str(err)]
+    cfg, scale = load_config(BertConfig, environ)
+    if cfg is None:
+        return scale
     paths = cfg.paths()
     problems = [f"{name} {path} does not exist" for name, path in paths.items() if path and not path.exists()]
     if problems:
@@ -33,10 +31,10 @@ def check(environ: Mapping[str, str]) -> list[str]:
             data.read_rows(shard)
         except data.DataError as err:
             problems.append(str(err))
-    problems += cfg.scale_problems(launch_world_size(environ))
+    problems += scale
     if len(shards) < cfg.world_size():
         problems.append(f"{len(shards)} shards in {paths['train_dir']} cannot feed {cfg.world_size()} ranks")
-    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:

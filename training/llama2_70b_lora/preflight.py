@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from training.common.config import ConfigError
-from training.common.preflight import check_gpus, launch_world_size
+from training.common.preflight import check_gpus, fp8_backend_auto, fp8_problems, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
@@ -19,11 +18,9 @@ def check(environ: Mapping[str, str]) -> list[str]:
     from training.llama2_70b_lora.config import LoraConfig
     from training.llama2_70b_lora.model import model_shape
 
-    try:
-        cfg = LoraConfig.from_env(environ, environ.get("CONFIG_VARS", "").split())
-    except ConfigError as err:
-        return [str(err)]
-    problems = cfg.scale_problems(launch_world_size(environ))
+    cfg, problems = load_config(LoraConfig, environ)
+    if cfg is None:
+        return problems
     paths = cfg.paths()
     problems += [f"{name} data {paths[name]} does not exist" for name in ("train", "valid")
                  if not paths[name].is_file()]  # fmt: skip
@@ -37,29 +34,17 @@ def check(environ: Mapping[str, str]) -> list[str]:
                     problems.append(f"{paths['model']}/config.json: heads do not divide the hidden size")
             except CheckpointError as err:
                 problems.append(str(err))
-    if cfg.fp8:
-        from training.fp8 import choose_backend
-
-        try:
-            choose_backend(cfg.fp8_backend)
-        except ValueError as err:
-            problems.append(str(err))
-    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:
     """What this benchmark would use on this machine, for the doctor."""
     import torch
 
-    from training.fp8 import choose_backend
     from training.llama.model import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        fp8 = choose_backend("auto")
-    except ValueError as err:
-        fp8 = f"none ({err})"
     packed = "PyTorch's varlen flash kernel" if torch.version.cuda and device.type == "cuda" else (
         "one SDPA call per sequence")  # fmt: skip
     return [("attention (auto)", choose_attention("auto", device)), ("packed rows", packed),
-            ("fp8 backend (auto)", fp8)]  # fmt: skip
+            ("fp8 backend (auto)", fp8_backend_auto())]  # fmt: skip

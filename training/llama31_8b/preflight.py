@@ -11,19 +11,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from training.common.config import ConfigError
-from training.common.preflight import check_gpus, launch_world_size
+from training.common.preflight import check_gpus, fp8_backend_auto, fp8_problems, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
     from training.llama31_8b import data
     from training.llama31_8b.config import LlamaPretrainConfig
 
-    try:
-        cfg = LlamaPretrainConfig.from_env(environ, environ.get("CONFIG_VARS", "").split())
-    except ConfigError as err:
-        return [str(err)]
-    problems = cfg.scale_problems(launch_world_size(environ))
+    cfg, problems = load_config(LlamaPretrainConfig, environ)
+    if cfg is None:
+        return problems
     paths = cfg.paths()
     if not cfg.datadir.is_dir():
         return [*problems, f"DATADIR {cfg.datadir} does not exist"]
@@ -41,29 +38,17 @@ def check(environ: Mapping[str, str]) -> list[str]:
     probe = cache if cache.exists() else cache.parent
     if not os.access(probe, os.W_OK):
         problems.append(f"INDEX_CACHE_DIR {cache} is not writable")
-    if cfg.fp8:
-        from training.fp8 import choose_backend
-
-        try:
-            choose_backend(cfg.fp8_backend)
-        except ValueError as err:
-            problems.append(str(err))
-    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:
     """What this benchmark would use on this machine, for the doctor."""
     import torch
 
-    from training.fp8 import choose_backend
     from training.llama.model import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        fp8 = choose_backend("auto")
-    except ValueError as err:
-        fp8 = f"none ({err})"
     optimizer = "AdamW: ours in Triton where it matches torch's fused" if device.type == "cuda" else (
         "AdamW: torch foreach")  # fmt: skip
-    return [("attention (auto)", choose_attention("auto", device)), ("fp8 backend (auto)", fp8),
-            ("optimizer", optimizer)]  # fmt: skip
+    return [("attention (auto)", choose_attention("auto", device)),
+            ("fp8 backend (auto)", fp8_backend_auto()), ("optimizer", optimizer)]  # fmt: skip

@@ -1,0 +1,16 @@
+"""training.bert.preflight.check: the demo data passes; FP8 without a backend is named (as for the Llamas)."""
+
+from __future__ import annotations
+
+from tests.llama.test_preflight import no_fp8_backend
+from training.bert.preflight import check
+
+ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1", "INIT_CHECKPOINT": "none"}
+
+
+def test_fp8_without_a_backend_is_named(bert_data, monkeypatch):
+    env = {**ENV, "DATADIR": str(bert_data)}
+    assert check(env) == []
+    no_fp8_backend(monkeypatch)
+    (problem,) = check({**env, "PRECISION": "fp8"})
+    assert "FP8 needs Transformer Engine or torchao; neither is importable" in problem
