@@ -68,9 +68,10 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
 
 def largest_batch(peak_at_1: float, per_item: float, budget: float, limit: int = 1024) -> int:
     """The largest batch whose peak memory, `peak_at_1` plus `per_item` for each element past the first,
-    stays within `budget` (at least 1, at most `limit`)."""
+    stays within `budget` (at least 1, at most `limit`). No growth measured (`per_item` <= 0) predicts
+    nothing: 2, the largest batch that ran (not `limit`, which ran out of memory for FLUX.1)."""
     if per_item <= 0:
-        return limit
+        return min(2, limit)
     return max(1, min(limit, math.floor((budget - peak_at_1) / per_item) + 1))
 
 
