@@ -190,12 +190,12 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     t0 = time.perf_counter()
     run()  # compiles
     first_s = time.perf_counter() - t0
-    if device.type == "cuda" and model is not None:  # what a forward leaves for its backward, per block
-        kept = []
-        hook = model.register_forward_hook(lambda *_: kept.append(torch.cuda.memory_allocated()))
-        before = torch.cuda.memory_allocated()
-        run()
-        hook.remove()
+    if device.type == "cuda" and model is not None:  # what a step's forward leaves for its backward
+        from training.throughput.run import memory_at_forward_end
+
+        with memory_at_forward_end(model, device) as kept:
+            before = torch.cuda.memory_allocated(device)
+            run()
         info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
     times = time_steps(run, args.warmup, args.steps, device)
     ms = statistics.median(times)

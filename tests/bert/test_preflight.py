@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.llama.test_preflight import no_fp8_backend
+from tests.llama.helpers import no_fp8_backend
 from training.bert.preflight import check
 
 ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1", "INIT_CHECKPOINT": "none"}

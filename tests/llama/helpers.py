@@ -17,3 +17,12 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     }
     env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}, **extra)
     return env
+
+
+def no_fp8_backend(monkeypatch) -> None:
+    """An MI300-class GPU (FNUZ formats only) without Transformer Engine or torchao: FP8_BACKEND=auto finds
+    nothing."""
+    import training.fp8 as fp8_module
+
+    monkeypatch.setattr(fp8_module, "importable", lambda module: False)
+    monkeypatch.setattr(fp8_module, "_rocm_arch", lambda: "gfx942")

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import training.fp8 as fp8_module
+from tests.llama.helpers import no_fp8_backend
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import parallel
 from training.llama.model import MLP, Llama, LlamaShape, compiled_cross_entropy, cross_entropy
@@ -137,7 +138,7 @@ def test_fp8_auto_falls_back_to_native_and_needs_a_library_on_mi300(monkeypatch)
     (FNUZ formats only) with neither library has no backend."""
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     assert apply_fp8(fresh(), Fp8Settings()).backend == "native"
-    monkeypatch.setattr(fp8_module, "_rocm_arch", lambda: "gfx942")
+    no_fp8_backend(monkeypatch)
     with pytest.raises(ValueError, match="neither is importable"):
         apply_fp8(fresh(), Fp8Settings())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.llama.helpers import ROOT, subprocess_env
+from tests.llama.helpers import ROOT, no_fp8_backend, subprocess_env
 from training.llama31_8b.preflight import check
 
 DEMO = {
@@ -67,15 +67,6 @@ def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(de
     assert "preflight: llama31_8b FAILED" in bad.stdout
     unknown = run_preflight({**env, "DATADIR": str(demo_data), "BENCHMARK": "llama2_70b_lora_typo"})
     assert unknown.returncode == 1 and "BENCHMARK=llama2_70b_lora_typo is not one of bert" in unknown.stderr
-
-
-def no_fp8_backend(monkeypatch):
-    """An MI300-class GPU (FNUZ formats only) without Transformer Engine or torchao: FP8_BACKEND=auto finds
-    nothing."""
-    import training.fp8 as fp8_module
-
-    monkeypatch.setattr(fp8_module, "importable", lambda module: False)
-    monkeypatch.setattr(fp8_module, "_rocm_arch", lambda: "gfx942")
 
 
 def test_a_missing_fp8_backend_is_a_preflight_problem(monkeypatch, demo_data, tmp_path):

@@ -241,7 +241,7 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     (FP8 on), a checkpointed block compiles its forward only, inside the eager checkpoint: compiled together
     with the checkpoint, the tensors our FP8 functions save for their backward were kept, not recomputed
     (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per block kept after the forward; `perf/RESULTS.md`).
-    BF16 blocks keep the checkpoint inside the compiled graph, 5% faster there."""
+    BF16 blocks keep the checkpoint inside the compiled graph, where it does recompute."""
     if not enabled:
         return "off"
     blocks = transformer_blocks(model)

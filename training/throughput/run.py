@@ -8,6 +8,7 @@ config error.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -84,6 +85,18 @@ def growth_per_item(peaks: tuple[float, float], saved: tuple[float, float]) -> f
     return max(peaks[1] - peaks[0], saved[1] - saved[0])
 
 
+@contextlib.contextmanager
+def memory_at_forward_end(model: torch.nn.Module, device: torch.device):
+    """Yields a list that gets the GPU memory allocated (bytes) each time `model`'s forward returns: with
+    the memory before a step, what its forward leaves for the backward."""
+    seen: list[int] = []
+    hook = model.register_forward_hook(lambda *_: seen.append(torch.cuda.memory_allocated(device)))
+    try:
+        yield seen
+    finally:
+        hook.remove()
+
+
 def choose_batch(workload: Workload, args: RunArgs, device: torch.device) -> tuple[int, str]:
     """`--batch_size auto`: one optimizer step each at batch 1 (twice: the first creates AdamW's state, whose
     one-off peak is not the steps') and 2 (two iterations per step where the run accumulates, so that the
@@ -96,11 +109,7 @@ def choose_batch(workload: Workload, args: RunArgs, device: torch.device) -> tup
         raise ConfigError("--batch_size auto sizes the batch to GPU memory: on the CPU give a number")
     accum = min(args.grad_accum, 2)
     peaks, saved = [], []
-    at_forward_end: list[int] = []  # memory allocated when the step's first forward returns
-    hook = workload.model.register_forward_hook(
-        lambda *_: at_forward_end.append(torch.cuda.memory_allocated(device))
-    )
-    try:
+    with memory_at_forward_end(workload.model, device) as at_forward_end:
         for batch in (1, 1, 2):
             step = workload.make_step(batch, accum)
             torch.cuda.reset_peak_memory_stats(device)
@@ -125,8 +134,6 @@ def choose_batch(workload: Workload, args: RunArgs, device: torch.device) -> tup
                 return 1, f"auto: peak {at_1:.1f} GiB at batch 1, batch 2 out of memory ({why}) -> 1"
             peaks.append(all_ranks(torch.cuda.max_memory_allocated(device), "max"))
             saved.append(all_ranks(at_forward_end[0] - before if at_forward_end else 0, "max"))
-    finally:
-        hook.remove()
     # the first step's peak includes creating the optimizer's state
     per_item = growth_per_item((peaks[1], peaks[2]), (saved[1], saved[2]))
     free, total = torch.cuda.mem_get_info(device)
