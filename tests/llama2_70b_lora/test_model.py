@@ -9,6 +9,7 @@ from torch import nn
 
 from tests.llama2_70b_lora.fixtures import CONFIG, save_tiny_llama2
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, store_weights_in_fp8
+from training.llama import parallel
 from training.llama.checkpoint import CheckpointError, load_hf_checkpoint, shape_from_hf_config
 from training.llama.model import MLP, Llama, cross_entropy
 from training.lora import LoraSettings, apply_lora, merge_lora
@@ -95,6 +96,34 @@ def test_a_trained_adapter_equals_its_merged_weight(checkpoint):
         merged = model(x)
     assert not torch.equal(adapted, ours(checkpoint)(x))  # the adapters learned something
     torch.testing.assert_close(merged, adapted, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_recomputed_block_drops_what_its_forward_dropped(checkpoint, compiled):
+    """LoRA's dropout under activation checkpointing: the recompute must draw the forward's mask (with a
+    fresh one, B's gradient comes from inputs the loss never saw). Eager, and compiled inside the eager
+    checkpoint as FP8 blocks are: the same loss and gradients as the block run once."""
+    runs = []
+    for checkpointed in (False, True):
+        torch.manual_seed(0)  # A's initialization
+        model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.5))
+        with torch.no_grad():  # B non-zero, so that A's gradient depends on the mask too
+            for name, p in model.named_parameters():
+                if name.endswith("lora_b.weight"):
+                    p.normal_(std=0.1, generator=torch.Generator().manual_seed(len(name)))
+        parallel.apply_activation_checkpointing(model, checkpointed)
+        if compiled:
+            for block in model.layers:
+                block._forward = torch.compile(block._forward)
+        torch.manual_seed(3)
+        x = tokens()
+        loss = cross_entropy(model(x[:, :-1]), x[:, 1:])
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}))
+    (loss, grads), (loss2, grads2) = runs
+    assert torch.equal(loss, loss2)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads2[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_the_fused_qkv_adapter_is_peft_on_a_fused_qkv_layer(checkpoint):

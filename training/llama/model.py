@@ -323,6 +323,7 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
         self.mlp = MLP(shape)
         self.checkpointed = False  # set by apply_activation_checkpointing
+        self.random = False  # it draws random numbers (LoRA's dropout): the recompute must draw the same
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
@@ -338,7 +339,7 @@ class Block(nn.Module):
                 cu_seqlens,
                 max_seqlen,
                 use_reentrant=False,
-                preserve_rng_state=False,
+                preserve_rng_state=self.random,
             )
         return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
 

@@ -226,12 +226,14 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
 
 def apply_activation_checkpointing(model: nn.Module, enabled: bool, layers: int | None = None) -> str:
     """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
-    ACL), keeping only its input."""
+    ACL), keeping only its input. A block with dropout (LoRA's) saves the random number generators' state
+    and restores it for the recompute, which then drops what the forward dropped (so: after `apply_lora`)."""
     if not enabled:
         return "off"
     count = len(model.layers) if layers is None else min(layers, len(model.layers))
     for block in list(model.layers)[:count]:
         block.checkpointed = True
+        block.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
     return f"full recompute of {count} of {len(model.layers)} blocks"
 
 
