@@ -1,6 +1,6 @@
 """Attention kernels on one GPU, forward + backward, for the two shapes our trainers run.
 
-    python perf/attention.py [bert] [llama]
+    python perf/attention.py [bert] [llama] [mistral]
 
 bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
 bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
@@ -12,6 +12,7 @@ without dropout, and for the kernels with dropout that the backward drops what t
 (<out, g> = <v, dv>, since out = P v for the dropped probabilities P).
 llama: one 8192-token causal sequence, 32 query heads and 8 key/value heads of 128 (Llama 3.1 8B), under
 SDPA's default choice, each backend forced, and cuDNN with the key/value heads expanded.
+mistral: the same sequence and heads with Mistral's 4096-token sliding window (`mistral()`).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s counting only useful work.
 """
 
@@ -212,10 +213,67 @@ def llama() -> None:
     )
 
 
+def mistral() -> None:
+    """Mistral 7B's sliding window (4096) over one 8192-token sequence, 32/8 heads of 128: the kernels the
+    model can take (`training.llama.model.windowed_attention`), torchtitan's FlexAttention with a window
+    block mask, and plain causal cuDNN (no window) for scale; each checked against the band mask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from training.llama.model import TORCH_WINDOW_ATTENTION, cudnn_window_fault, windowed_attention
+
+    dev, seq, heads, kv, dim, window = torch.device("cuda"), 8192, 32, 8, 128, 4096
+    gen = torch.Generator(device=dev).manual_seed(0)
+    q = torch.randn(1, seq, heads, dim, device=dev, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+    k, v = (torch.randn(1, seq, kv, dim, device=dev, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+            for _ in range(2))  # fmt: skip
+    grad = torch.randn_like(q)
+    pairs = window * (window + 1) // 2 + (seq - window) * window  # (query, key) pairs inside the band
+    useful = 12 * pairs * heads * dim  # 4 * pairs * h * d forward, x3 with backward
+    print(f"cuDNN's banded SDPA: {cudnn_window_fault(dev) or 'runs and matches the band mask'}")
+    with torch.no_grad():
+        ref = windowed_attention(q, k, v, window, "band_mask").float()
+
+    def model_kernel(backend):
+        return lambda: windowed_attention(q, k, v, window, backend)
+
+    in_band = lambda b, h, i, j: (j <= i) & (i - j < window)  # noqa: E731
+    mask = create_block_mask(in_band, 1, None, seq, seq, device=dev)
+    flex = torch.compile(flex_attention)
+
+    def flex_step():
+        out = flex(*(t.transpose(1, 2) for t in (q, k, v)), block_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2)
+
+    def causal():
+        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True,
+                                             enable_gqa=True)  # fmt: skip
+        return out.transpose(1, 2)
+
+    variants = [("cuDNN banded SDPA (backend cudnn)", model_kernel("cudnn"), True)]
+    if TORCH_WINDOW_ATTENTION is not None:
+        variants.append(("PyTorch flash varlen_attn with window (FA2)", model_kernel("sdpa"), True))
+    variants += [("FlexAttention, window block mask (torchtitan's)", flex_step, True),
+                 ("SDPA causal, no window (cuDNN), for scale", causal, False)]  # fmt: skip
+    results = []
+    for name, fn, banded in variants:
+        try:
+            with torch.no_grad():
+                out = fn().float()
+            if banded:
+                difference = float((out - ref).norm() / ref.norm())
+                print(f"{name}: relative difference to the band mask {difference:.2e}")
+        except Exception as err:  # noqa: BLE001 - reported in the table below
+            print(f"{name}: {type(err).__name__}: {str(err)[:200]}")
+        flop = useful if banded else 6 * seq * seq * heads * dim
+        timed(results, name, lambda fn=fn: fn().backward(grad), flop)
+    table(f"Mistral 7B attention per layer, fwd+bwd, window {window}, seq {seq}, {heads}/{kv} heads of {dim}",
+          results)  # fmt: skip
+
+
 def main() -> int:
     parts = sys.argv[1:] or ["bert", "llama"]
     for part in parts:
-        {"bert": bert, "llama": llama}[part]()
+        {"bert": bert, "llama": llama, "mistral": mistral}[part]()
     return 0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.llama.model import Llama, LlamaShape, attention
+from training.llama.model import Llama, LlamaShape, attention, choose_attention, cudnn_window_fault
 
 
 def reference(q, k, v, window: int) -> torch.Tensor:
@@ -81,3 +81,22 @@ def test_the_gpu_kernel_matches_the_band_mask():
     slow.square().sum().backward()
     for g, c in zip(gpu, cpu):
         torch.testing.assert_close(g.grad.float().cpu(), c.grad, rtol=5e-2, atol=5e-2)
+
+
+def test_cudnns_banded_kernel_is_chosen_only_on_an_nvidia_gpu_where_it_matches():
+    cpu = torch.device("cpu")
+    assert cudnn_window_fault(cpu) == "not an NVIDIA GPU"
+    assert choose_attention("auto", cpu, window=4096) == "sdpa"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN needs a GPU")
+def test_cudnns_banded_kernel_matches_the_band_mask_on_the_gpu():
+    """Where nvidia-cudnn-frontend is installed on an NVIDIA GPU, its banded SDPA runs, matches the band mask
+    forward and backward (`cudnn_window_fault`), and is what a windowed model picks."""
+    from training.common.backends import importable
+
+    if not importable("cudnn") or not torch.version.cuda:
+        pytest.skip("nvidia-cudnn-frontend is not installed, or not an NVIDIA GPU")
+    device = torch.device("cuda")
+    assert cudnn_window_fault(device) == ""
+    assert choose_attention("auto", device, window=4096) in ("cudnn", "flash_attn")

@@ -10,9 +10,12 @@ Face checkpoint loads with `load_hf_state_dict` and nothing else (what Llama 2 7
 - Packed rows (several sequences in one row, attention kept inside each) pass `cu_seqlens`, the cumulative
   sequence boundaries as flash-attn's varlen API takes them, plus `position_ids` restarting at each sequence.
 - Sliding-window attention (Mistral 7B: `LlamaShape.sliding_window`): each token attends to itself and the
-  window - 1 tokens before it (Hugging Face's Mistral mask). On GPUs through flash-attn, else PyTorch's flash
-  kernel (`torch.nn.attention.varlen.varlen_attn` with a window); on the CPU (or a torch without it) through
-  SDPA with an explicit band mask. Without a window, or one no shorter than the sequence, nothing changes.
+  window - 1 tokens before it (Hugging Face's Mistral mask). On GPUs through flash-attn, else cuDNN's SDPA
+  with a diagonal band (backend `cudnn`, chosen by `choose_attention` where the `nvidia-cudnn-frontend`
+  package's torch op runs and matches the band mask: SDPA itself takes no window), else PyTorch's flash
+  kernel (`torch.nn.attention.varlen.varlen_attn` with a window: FlashAttention-2, slower on Hopper); on the
+  CPU (or a torch without it) through SDPA with an explicit band mask. Without a window, or one no shorter
+  than the sequence, nothing changes.
 - Shapes come from `LlamaShape`; the tiny CPU default and the perf script reuse the same module.
 - The constructor allocates but does not initialize (so it can be built on the meta device and sharded
   first); call `init_weights()` once the parameters live on their device.
@@ -230,8 +233,14 @@ def windowed_attention(q, k, v, window: int, backend: str):
         from flash_attn import flash_attn_func
 
         return flash_attn_func(q, k, v, causal=True, window_size=(window - 1, 0))
+    if backend == "cudnn":  # the op `cudnn_window_fault` registered, on (batch, heads, seq, dim) views of the
+        # same memory; the band's left bound counts the visible keys, the query's own included
+        out, _ = torch.ops.cudnn.sdpa_fwd(
+            *(t.transpose(1, 2) for t in (q, k, v)), q.shape[-1] ** -0.5, is_causal=True, window_left=window
+        )
+        return out.transpose(1, 2)
     b, s, heads, dim = q.shape
-    varlen = TORCH_WINDOW_ATTENTION if q.is_cuda else None
+    varlen = TORCH_WINDOW_ATTENTION if q.is_cuda and backend != "band_mask" else None
     if varlen is not None:  # the rows as varlen sequences of one (batch x seq, heads, dim) tensor
         bounds = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=q.device)
         flat = (t.flatten(0, 1) for t in (q, k, v))
@@ -412,13 +421,48 @@ def init_weights(module: nn.Module, shape: LlamaShape) -> None:
             nn.init.normal_(param, mean=0.0, std=shape.init_std)
 
 
-def choose_attention(requested: str, device: torch.device) -> str:
-    """`auto`: flash-attn on a GPU that has it, else SDPA."""
+def choose_attention(requested: str, device: torch.device, window: int | None = None) -> str:
+    """`auto`: flash-attn on a GPU that has it; for a sliding `window` on an NVIDIA GPU, cuDNN's banded SDPA
+    where it runs right (`cudnn_window_fault`); else SDPA."""
     if requested == "auto":
-        return "flash_attn" if device.type == "cuda" and importable("flash_attn") else "sdpa"
+        if device.type == "cuda" and importable("flash_attn"):
+            return "flash_attn"
+        if window is not None and device.type == "cuda" and not cudnn_window_fault(device):
+            return "cudnn"
+        return "sdpa"
     if requested == "flash_attn" and not (device.type == "cuda" and importable("flash_attn")):
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
     return requested
+
+
+@functools.cache
+def cudnn_window_fault(device: torch.device) -> str:
+    """Why cuDNN's banded SDPA (`nvidia-cudnn-frontend`'s torch op) cannot be used on this GPU, or "": it must
+    import (NVIDIA GPUs, the package installed) and match the band mask, forward and backward, on a small
+    grouped-query case with the window shorter than the sequence."""
+    if device.type != "cuda" or not torch.version.cuda:
+        return "not an NVIDIA GPU"
+    if not importable("cudnn"):
+        return "nvidia-cudnn-frontend is not installed"
+    try:
+        import cudnn.sdpa.fwd.torch_op  # noqa: F401 - registers torch.ops.cudnn.sdpa_fwd and its backward
+
+        generator = torch.Generator(device=device).manual_seed(0)
+        shapes = [(1, 300, 4, 64), (1, 300, 2, 64), (1, 300, 2, 64)]
+        exact = [torch.randn(s, device=device, generator=generator, requires_grad=True) for s in shapes]
+        fast = [t.detach().bfloat16().requires_grad_() for t in exact]
+        got, want = windowed_attention(*fast, 100, "cudnn"), windowed_attention(*exact, 100, "band_mask")
+        g = torch.randn(want.shape, device=device, generator=generator)
+        (got.float() * g).sum().backward()
+        (want * g).sum().backward()
+        pairs = [("output", got, want)] + [(f"d{n}", a.grad, b.grad) for n, a, b in zip("qkv", fast, exact)]
+        for name, a, b in pairs:
+            error = (a.float() - b).abs().max().item()
+            if not error <= 0.05 * b.abs().max().item():
+                return f"its {name} is off the band mask's by {error:.3g}"
+    except Exception as err:  # noqa: BLE001 - any failure means: do not use it
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    return ""
 
 
 def load_hf_state_dict(model: Llama, state_dict: dict[str, torch.Tensor]) -> None:

@@ -20,6 +20,7 @@ from training.llama.model import (
     choose_attention,
     compiled_cross_entropy,
     cross_entropy,
+    cudnn_window_fault,
 )
 from training.llama.step import Step, train_step
 from training.throughput import flops
@@ -37,8 +38,10 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
         return backend
     if backend == "flash_attn":
         how = "flash-attn"
+    elif backend == "cudnn":
+        how = "cuDNN's banded SDPA (nvidia-cudnn-frontend)"
     elif device.type == "cuda" and TORCH_WINDOW_ATTENTION is not None:
-        how = "PyTorch's flash kernel (varlen_attn)"
+        how = f"PyTorch's flash kernel (varlen_attn; not cuDNN's: {cudnn_window_fault(device)})"
     else:
         how = "SDPA with a band mask"
     return f"{backend}; sliding window {window} through {how}"
@@ -47,7 +50,7 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
 def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int) -> Workload:
     shape = spec.shape
     on_gpu = device.type == "cuda"
-    attention = choose_attention("auto", device)
+    attention = choose_attention("auto", device, shape.sliding_window)
     with torch.device("meta" if on_gpu else device):  # on GPUs each rank allocates its shards only
         model = Llama(shape, attention)
     if not on_gpu:
