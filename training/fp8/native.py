@@ -305,20 +305,20 @@ class FusedFp8MLP(nn.Module):
         up, down, gate = self.parts()
         if isinstance(down.weight, DTensor):
             return down(self.hidden(x))
-        return self._apply(x, with_down=True)
+        return self._fused(x, with_down=True)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """The activation the down projection takes (silu(gate(x)) * up(x), or gelu(up(x))), in x's dtype."""
         up, down, gate = self.parts()
         if isinstance(down.weight, DTensor):
             return F.gelu(up(x)) if gate is None else F.silu(gate(x)) * up(x)
-        return self._apply(x, with_down=False)
+        return self._fused(x, with_down=False)
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """The down projection of `hidden`'s output (its own `Fp8Linear`)."""
         return self.parts()[1](h)
 
-    def _apply(self, x: torch.Tensor, with_down: bool) -> torch.Tensor:
+    def _fused(self, x: torch.Tensor, with_down: bool) -> torch.Tensor:
         up, down, gate = self.parts()
         flat = x.reshape(-1, x.shape[-1])
         training = down.training and torch.is_grad_enabled()
