@@ -113,48 +113,38 @@ class _Fp8MLP(torch.autograd.Function):
     Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
     recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
     and the gradients' of y, up and gate (updated by the backward). `w*_gathered`: the scales of weights
-    all-gathered in FP8, or None. Without `w_down` it stops at the activation and returns it in x's dtype
-    (`FusedFp8MLP.hidden`: the down projection then runs apart, outside an activation checkpoint)."""
+    all-gathered in FP8, or None."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
                 dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
                 triton):  # fmt: skip
-        x_scale = scale_of(x_amax, E4M3_MAX)
+        x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
         x8, x8t = cast_transpose(
             x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None, True, triton
         )
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
         wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered, triton)
+        wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
         up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
         gate = wg8 = wg8t = g_scale = None
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
             gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
-        ctx.hidden_only = w_down is None
-        if ctx.hidden_only:
-            y = (F.gelu(up) if gate is None else F.silu(gate) * up).to(x.dtype)
-            h8t = wd8 = wd8t = h_scale = d_scale = None
-        else:
-            h_scale = scale_of(h_amax, E4M3_MAX)
-            wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
-            h8, h8t = act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None, triton)
-            y = torch._scaled_mm(
-                h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
-            )
+        h8, h8t = act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None, triton)
+        y = torch._scaled_mm(
+            h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
+        )
         # frozen weights (LoRA's base) need no weight gradients: no transposed input copies kept for them
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
         x8t = x8t if needs[1] or needs[3] else None
         h8t = h8t if needs[4] else None
-        kept_down = None if wd8 is None else _kept(wd8, wd8t)
-        kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), kept_down
+        kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
         ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale)
         ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
-        ctx.commit = [(x_amax, x_amax_next)] if update_amax else []
-        if update_amax and not ctx.hidden_only:
-            ctx.commit.append((h_amax, h_amax_next))
+        ctx.commit = [(x_amax, x_amax_next), (h_amax, h_amax_next)] if update_amax else []
         ctx.dtypes = (
             x.dtype,
             w_up.dtype,
@@ -166,25 +156,20 @@ class _Fp8MLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale = ctx.saved_tensors
-        wu8t = _transposed(wu8t, ctx.stored[0])
+        wu8t, wd8t = _transposed(wu8t, ctx.stored[0]), _transposed(wd8t, ctx.stored[2])
         wg8t = None if wg8t is None else _transposed(wg8t, ctx.stored[1])
         (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
-        dup_scale = scale_of(dup_amax, E5M2_MAX)
+        dy_scale, dup_scale = scale_of(dy_amax, E5M2_MAX), scale_of(dup_amax, E5M2_MAX)
         dgate_scale = None if gate is None else scale_of(dgate_amax, E5M2_MAX)
-        x_inv = x_scale.reciprocal()
+        dy8, dy8t = cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton)
+        dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, b_down, ...)
+        dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
         dw_down = dw_up = dw_gate = db_up = db_down = None
-        if ctx.hidden_only:
-            dh = dy
-        else:
-            wd8t, dy_scale = _transposed(wd8t, ctx.stored[2]), scale_of(dy_amax, E5M2_MAX)
-            dy8, dy8t = cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton)
-            dy_inv = dy_scale.reciprocal()
-            dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
-            if needs[4]:
-                dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
-            if needs[5]:
-                db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
+        if needs[4]:
+            dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+        if needs[5]:
+            db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
         dup8, dup8t, *rest = act_backward_cast_transpose(
             dh, up, gate, dup_scale, dgate_scale, dup_amax, dgate_amax, ctx.triton
         )
@@ -304,28 +289,13 @@ class FusedFp8MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up, down, gate = self.parts()
         if isinstance(down.weight, DTensor):
-            return down(self.hidden(x))
-        return self._fused(x, with_down=True)
-
-    def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """The activation the down projection takes (silu(gate(x)) * up(x), or gelu(up(x))), in x's dtype."""
-        up, down, gate = self.parts()
-        if isinstance(down.weight, DTensor):
-            return F.gelu(up(x)) if gate is None else F.silu(gate(x)) * up(x)
-        return self._fused(x, with_down=False)
-
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """The down projection of `hidden`'s output (its own `Fp8Linear`)."""
-        return self.parts()[1](h)
-
-    def _fused(self, x: torch.Tensor, with_down: bool) -> torch.Tensor:
-        up, down, gate = self.parts()
+            h = F.gelu(up(x)) if gate is None else F.silu(gate(x)) * up(x)
+            return down(h)
         flat = x.reshape(-1, x.shape[-1])
         training = down.training and torch.is_grad_enabled()
         w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
-        w_down, b_down = (down.weight, down.bias) if with_down else (None, None)
         # gate's x_amax and x_amax_next, the same input as up's, stay unused
-        y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, w_down, b_down, up.x_amax,
+        y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
                           up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
                           training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
                           down.gathered_scale(), down.triton)  # fmt: skip

@@ -321,14 +321,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(shape.ffn_hidden_size, shape.hidden_size, bias=False)
 
     def forward(self, x):
-        return self.project(self.hidden(x))
-
-    def hidden(self, x):
-        """What the down projection takes: silu(gate(x)) * up(x)."""
-        return F.silu(self.gate_proj(x)) * self.up_proj(x)
-
-    def project(self, h):
-        return self.down_proj(h)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Block(nn.Module):
@@ -340,36 +333,24 @@ class Block(nn.Module):
         self.mlp = MLP(shape)
         self.checkpointed = False  # set by apply_activation_checkpointing
         self.random = False  # it draws random numbers (LoRA's dropout): the recompute must draw the same
-        self.frozen_mlp = False  # no MLP weight trains (LoRA): the recompute stops before its down projection
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def _forward_to_down(self, x, cos, sin, cu_seqlens, max_seqlen):
-        """The block up to its MLP's down projection: (the residual stream, the MLP's hidden activation)."""
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
-        return x, self.mlp.hidden(self.post_attention_layernorm(x))
-
-    def _forward_down(self, x, h):
-        return x + self.mlp.project(h)
-
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
-        if not (self.checkpointed and torch.is_grad_enabled()):
-            return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
-        if not self.frozen_mlp:
+        if self.checkpointed and torch.is_grad_enabled():
             return torch.utils.checkpoint.checkpoint(
-                self._forward, x, cos, sin, cu_seqlens, max_seqlen,
-                use_reentrant=False, preserve_rng_state=self.random,
-            )  # fmt: skip
-        # A frozen down projection's backward needs neither its input nor its output, so it runs outside the
-        # checkpoint: the recompute ends at its input (in an eager checkpoint, the recompute runs the whole
-        # region; a quarter of the block's GEMM work saved for Llama 2 70B's shape)
-        x, h = torch.utils.checkpoint.checkpoint(
-            self._forward_to_down, x, cos, sin, cu_seqlens, max_seqlen,
-            use_reentrant=False, preserve_rng_state=self.random,
-        )  # fmt: skip
-        return self._forward_down(x, h)
+                self._forward,
+                x,
+                cos,
+                sin,
+                cu_seqlens,
+                max_seqlen,
+                use_reentrant=False,
+                preserve_rng_state=self.random,
+            )
+        return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
 
 
 class Llama(nn.Module):

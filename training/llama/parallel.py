@@ -227,16 +227,13 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
 def apply_activation_checkpointing(model: nn.Module, enabled: bool, layers: int | None = None) -> str:
     """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
     ACL), keeping only its input. A block with dropout (LoRA's) saves the random number generators' state
-    and restores it for the recompute, which then drops what the forward dropped; a block whose MLP is
-    frozen (LoRA's base) runs the down projection outside its checkpoint, and the recompute stops before it
-    (`Block.forward`). So: after `apply_lora`."""
+    and restores it for the recompute, which then drops what the forward dropped (so: after `apply_lora`)."""
     if not enabled:
         return "off"
     count = len(model.layers) if layers is None else min(layers, len(model.layers))
     for block in list(model.layers)[:count]:
         block.checkpointed = True
         block.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
-        block.frozen_mlp = not any(p.requires_grad for p in block.mlp.parameters())
     return f"full recompute of {count} of {len(model.layers)} blocks"
 
 
@@ -245,8 +242,7 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     eager. (The trainer then also takes `compiled_cross_entropy` for its loss.) With `checkpoint_outside`
     (FP8 on), a checkpointed block compiles its forward only, inside the eager checkpoint: compiled together
     with the checkpoint, the tensors our FP8 functions save for their backward were kept, not recomputed
-    (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per block kept after the forward; `perf/RESULTS.md`);
-    the functions of a block that runs its frozen down projection apart are compiled the same way.
+    (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per block kept after the forward; `perf/RESULTS.md`).
     BF16 blocks keep the checkpoint inside the compiled graph, where it does recompute."""
     if not enabled:
         return "off"
@@ -254,8 +250,7 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     outside = 0
     for block in blocks:
         if checkpoint_outside and getattr(block, "checkpointed", False):
-            for name in ("_forward", "_forward_to_down", "_forward_down"):
-                setattr(block, name, torch.compile(getattr(block, name)))
+            block._forward = torch.compile(block._forward)
             outside += 1
         else:
             block.compile()
