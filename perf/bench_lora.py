@@ -22,8 +22,9 @@ rank trains its own row; tokens/s are per GPU.
 Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
 peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with fp8native) the frozen base
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
-Triton). Ours also reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for
-its backward.
+Triton). Ours also reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its
+backward.
+`--profile N` prints each variant's top N GPU kernels per step.
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
 no weight gradients, so per token 4 x N (N: parameters without the input embedding) + 6 x seq x hidden x
@@ -198,6 +199,11 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
             run()
         info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
     times = time_steps(run, args.warmup, args.steps, device)
+    if args.profile and device.type == "cuda" and rank_of(mesh) == 0:
+        from perf.bench_bert import print_profile
+
+        print(f"{variant}:")
+        print_profile(run, steps=2, top=args.profile)
     ms = statistics.median(times)
     tokens_per_s = seq / ms * 1e3
     flops = shape.lora_flops_per_token(seq, info["adapters"])
@@ -220,6 +226,7 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model on the CPU (smoke test)")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
