@@ -3,6 +3,7 @@ and precision.
 
     torchrun --nproc_per_node=1 perf/bench_throughput.py [--rows llama8b-bf16,llama8b-fp8,mistral-bf16]
         [--peers ours,titan] [--layers 16] [--seq 8192] [--mbs 1] [--steps 8] [--warmup 3] [--no-compile]
+        [--profile 30]
     torchrun --nproc_per_node=2 perf/bench_throughput.py --tiny      # CPU (gloo) smoke test of this script
 
 Ours: the suite's own workload (`training.throughput.llm.build`, what `train_fsdp.py` runs: the Llama step,
@@ -210,6 +211,11 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
     first_s = time.perf_counter() - t0
     times = time_steps(step, args.warmup, args.steps, device)
     last_loss = float(step())
+    if args.profile and device.type == "cuda" and dist.get_rank() == 0:
+        from perf.bench_bert import print_profile
+
+        print(f"{row}:{variant}:")
+        print_profile(step, steps=2, top=args.profile)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
     peak = torch.tensor(peak, device=device)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
@@ -242,6 +248,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
