@@ -22,8 +22,9 @@ rank trains its own row; tokens/s are per GPU.
 Variant modifiers: `-ac` recomputes every block in the backward (Hugging Face's gradient checkpointing for the
 peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with fp8native) the frozen base
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
-Triton). Ours also reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its
-backward.
+Triton), `-ckptinside` FP8 blocks compiled together with their checkpoint, as BF16 blocks (by default FP8
+blocks compile inside an eager checkpoint: `parallel.apply_compile`). Ours also reports
+`kept_after_forward_gib`: memory the forward of a step leaves allocated for its backward.
 `--profile N` prints each variant's top N GPU kernels per step.
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
@@ -48,6 +49,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perf.bench_llama import matmul_peak, time_steps, versions  # noqa: E402
+from training.llama import parallel  # noqa: E402
 from training.llama.model import PRESETS, LlamaShape, cross_entropy  # noqa: E402
 from training.llama.parallel import Parallelism  # noqa: E402
 from training.llama.step import Step, train_step  # noqa: E402
@@ -86,14 +88,16 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
     if device.type != "cuda":
         env.update(PRECISION="fp32", COMPILE="0")
     cfg = LoraConfig.from_env(env)
-    original = lora_model.model_shape
+    original, compile_blocks = lora_model.model_shape, parallel.apply_compile
     lora_model.model_shape = lambda cfg: shape  # the tiny shape on CPU; the 70B preset's otherwise
+    if "ckptinside" in modes:  # FP8 blocks compiled together with their checkpoint, as BF16 blocks are
+        parallel.apply_compile = lambda model, enabled, outside=False: compile_blocks(model, enabled)
     try:
         par = cfg.parallelism(world)
         model, fp8, applied = lora_model.build_model(cfg, par, mesh, device, cfg.requested_precision()
                                                      if device.type == "cuda" else "fp32")  # fmt: skip
     finally:
-        lora_model.model_shape = original
+        lora_model.model_shape, parallel.apply_compile = original, compile_blocks
     from training.llama import optim
     from training.llama.model import compiled_cross_entropy
 
