@@ -93,9 +93,10 @@ def seed_everything(seed: int) -> None:
 
 
 def shutdown() -> None:
-    """End a run that completed on every rank: wait for all ranks, then tear the process group down. (A rank
-    tearing down while its peer was still finishing once aborted that peer with SIGABRT after a converged run:
-    gloo over two SLURM nodes.) Not for a failing rank: the others would wait at the barrier."""
+    """End a run that completed on every rank: wait for all ranks (no collective still in flight), then tear
+    the process group down. (BERT's trainer tore down without the barrier, and a rank once died with SIGABRT
+    at teardown after a converged run: gloo over two SLURM nodes.) Not for a failing rank: the others would
+    wait at the barrier."""
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

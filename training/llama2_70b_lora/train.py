@@ -147,7 +147,6 @@ def main() -> outcome.Outcome:
     if in_block:
         mllog.end(constants.BLOCK_STOP, metadata={"samples_count": samples})
     mllog.end(constants.RUN_STOP, metadata={"samples_count": samples, "status": status})
-    dist.barrier()
     dist.shutdown()
     progress = f"eval loss {val_loss:.4f} (target {cfg.target}) after {samples} samples"
     return outcome.ended(status == constants.SUCCESS, progress, diverged)

@@ -171,7 +171,6 @@ def main() -> outcome.Outcome:
         mllog.end(constants.BLOCK_STOP, metadata={"samples_count": samples})
     mllog.event(constants.TRAIN_SAMPLES, samples)
     mllog.end(constants.RUN_STOP, metadata={"samples_count": samples, "status": status})
-    dist.barrier()  # no collective still in flight when the process group is torn down
     dist.shutdown()
     progress = f"eval loss {val_loss:.4f} (target {cfg.target}) after {samples} samples"
     return outcome.ended(status == constants.SUCCESS, progress, diverged)

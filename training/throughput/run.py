@@ -313,7 +313,6 @@ def main(argv: list[str]) -> int:
     except DoesNotFit as err:
         print(f"train_fsdp.py: {err}", file=sys.stderr)
         return 1
-    dist.barrier()
     dist.shutdown()
     return 0
 
