@@ -9,6 +9,7 @@ from torch import nn
 
 from tests.llama2_70b_lora.fixtures import CONFIG, save_tiny_llama2
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, store_weights_in_fp8
+from training.llama import model as llama_model
 from training.llama import parallel
 from training.llama.checkpoint import CheckpointError, load_hf_checkpoint, shape_from_hf_config
 from training.llama.model import MLP, Llama, cross_entropy
@@ -98,28 +99,38 @@ def test_a_trained_adapter_equals_its_merged_weight(checkpoint):
     torch.testing.assert_close(merged, adapted, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_a_recomputed_block_drops_what_its_forward_dropped(checkpoint, compiled):
+@pytest.mark.parametrize("keep_attention", [False, True])
+@pytest.mark.parametrize("compiled", ["eager", "inside", "whole"])
+def test_a_recomputed_block_drops_what_its_forward_dropped(checkpoint, compiled, keep_attention, monkeypatch):
     """LoRA's dropout under activation checkpointing: the recompute must draw the forward's mask (with a
-    fresh one, B's gradient comes from inputs the loss never saw). Eager, and compiled inside the eager
-    checkpoint as FP8 blocks are: the same loss and gradients as the block run once."""
-    runs = []
+    fresh one, B's gradient comes from inputs the loss never saw). Eager, compiled inside the eager
+    checkpoint (FP8 blocks) and compiled with it (BF16 blocks), recomputing all or all but the attention
+    kernel: the same loss and gradients as the block run once. Kept, the attention runs once a block."""
+    runs, attention = [], llama_model.attention
     for checkpointed in (False, True):
+        torch._dynamo.reset()  # each run compiles its own blocks (no cache limit reached: eager fallback)
         torch.manual_seed(0)  # A's initialization
         model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.5))
         with torch.no_grad():  # B non-zero, so that A's gradient depends on the mask too
             for name, p in model.named_parameters():
                 if name.endswith("lora_b.weight"):
                     p.normal_(std=0.1, generator=torch.Generator().manual_seed(len(name)))
-        parallel.apply_activation_checkpointing(model, checkpointed)
-        if compiled:
-            for block in model.layers:
-                block._forward = torch.compile(block._forward)
+        parallel.apply_activation_checkpointing(model, checkpointed, keep_attention=keep_attention)
+        parallel.apply_compile(model, compiled != "eager", checkpoint_outside=compiled == "inside")
+        calls = []
+        counted = lambda *a, c=calls, **k: c.append(1) or attention(*a, **k)  # noqa: E731
+        monkeypatch.setattr(llama_model, "attention", counted)
         torch.manual_seed(3)
         x = tokens()
-        loss = cross_entropy(model(x[:, :-1]), x[:, 1:])
-        loss.backward()
+        # eager's generator in compiled code too: the block compiled with its checkpoint and without are two
+        # graphs, which inductor's own generator would give different masks
+        with torch._inductor.config.patch(fallback_random=True):
+            loss = cross_entropy(model(x[:, :-1]), x[:, 1:])
+            loss.backward()
         runs.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}))
+        if compiled == "eager":  # (compiled code does not call the module's function again)
+            blocks = len(model.layers)
+            assert len(calls) == blocks * (2 if checkpointed and not keep_attention else 1)
     (loss, grads), (loss2, grads2) = runs
     assert torch.equal(loss, loss2)
     for name, grad in grads.items():

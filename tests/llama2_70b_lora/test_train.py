@@ -97,6 +97,7 @@ def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
         ({"LORA_DROPOUT": "1.5"}, "LORA_DROPOUT=1.5 must be in [0, 1)"),
         ({"MINIBS": "3", "MBS": "2"}, "MINIBS=3 is not a multiple of MBS=2"),
         ({"ACL": "20"}, "ACL=20 needs ACTIVATION_CHECKPOINTING=1"),
+        ({"AC_KEEP_ATTENTION": "1"}, "AC_KEEP_ATTENTION=1 needs ACTIVATION_CHECKPOINTING=1"),
         ({"FP8_WEIGHTS": "1"}, "FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native"),
         ({"WEIGHT_DECAY": "-1"}, "WEIGHT_DECAY=-1.0 must be >= 0"),
         ({"INIT_CHECKPOINT": "latest"}, "INIT_CHECKPOINT='latest' is not one of model, none"),

@@ -299,6 +299,11 @@ class Attention(nn.Module):
         self.o_adapter: nn.Module | None = None
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
+        q, k, v = self.project(x, cos, sin)
+        return self.output(attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window))
+
+    def project(self, x, cos, sin):
+        """x (batch, seq, hidden) -> q, k, v (batch, seq, heads, head_dim), RoPE applied."""
         b, s, _ = x.shape
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.qkv_adapter is not None:
@@ -307,8 +312,11 @@ class Attention(nn.Module):
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
         q = apply_rope(q.view(b, s, -1, self.head_dim), cos, sin)
         k = apply_rope(k.view(b, s, -1, self.head_dim), cos, sin)
-        v = v.view(b, s, -1, self.head_dim)
-        out = attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window).reshape(b, s, -1)
+        return q, k, v.view(b, s, -1, self.head_dim)
+
+    def output(self, out):
+        """The attention's output (batch, seq, heads, head_dim) -> (batch, seq, hidden)."""
+        out = out.flatten(2)
         y = self.o_proj(out)
         return y if self.o_adapter is None else y + self.o_adapter(out)
 
@@ -331,26 +339,34 @@ class Block(nn.Module):
         self.self_attn = Attention(shape, backend)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
         self.mlp = MLP(shape)
-        self.checkpointed = False  # set by apply_activation_checkpointing
-        self.random = False  # it draws random numbers (LoRA's dropout): the recompute must draw the same
+        # set by apply_activation_checkpointing: recompute in the backward; but not the attention kernel
+        # (kept: its output and q, k, v stay from the forward); it draws random numbers (LoRA's dropout),
+        # which the recompute must draw again the same
+        self.checkpointed = self.keep_attention = self.random = False
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def _project(self, x, cos, sin):
+        return self.self_attn.project(self.input_layernorm(x), cos, sin)
+
+    def _after_attention(self, x, out):
+        x = x + self.self_attn.output(out)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
-        if self.checkpointed and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(
-                self._forward,
-                x,
-                cos,
-                sin,
-                cu_seqlens,
-                max_seqlen,
-                use_reentrant=False,
-                preserve_rng_state=self.random,
-            )
-        return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
+        if not (self.checkpointed and torch.is_grad_enabled()):
+            return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
+        recompute = functools.partial(
+            torch.utils.checkpoint.checkpoint, use_reentrant=False, preserve_rng_state=self.random
+        )
+        if not self.keep_attention:
+            return recompute(self._forward, x, cos, sin, cu_seqlens, max_seqlen)
+        # two recomputed halves around the attention kernel, which saves its inputs and output as usual
+        q, k, v = recompute(self._project, x, cos, sin)
+        out = attention(q, k, v, self.self_attn.backend, cu_seqlens, max_seqlen, self.self_attn.window)
+        return recompute(self._after_attention, x, out)
 
 
 class Llama(nn.Module):

@@ -53,6 +53,7 @@ def build_model(
         lora=LoraSettings(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout),
         activation_checkpointing=cfg.activation_checkpointing,
         checkpoint_layers=cfg.checkpoint_layers,
+        keep_attention=cfg.keep_attention,
         compile=cfg.compile,
         param_dtype=base_dtype,
         reshard_after_forward=cfg.reshard_after_forward,
