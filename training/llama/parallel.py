@@ -229,11 +229,12 @@ def apply_activation_checkpointing(
     model: nn.Module, enabled: bool, layers: int | None = None, keep_attention: bool = False
 ) -> str:
     """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
-    ACL), keeping only its input. With `keep_attention` the recompute stops short of the attention kernel,
-    whose q, k, v, output and softmax statistics stay from the forward (at 8192 tokens: 0.29 GB a block of
-    the 70B width, and one attention forward less a block). A block with dropout (LoRA's) saves the random
-    number generators' state and restores it for the recompute, which then drops what the forward dropped
-    (so: after `apply_lora`)."""
+    ACL), keeping only its input. With `keep_attention` the recompute runs in two halves around the attention
+    kernel, whose output stays from the forward: one attention forward less a block, for 0.13 GiB more a
+    block of the 70B width at 8192 tokens where the block compiles whole (the compiler recomputes q, k, v for
+    the kernel's backward) and 0.28 GiB where the halves compile inside eager checkpoints (FP8: q, k, v kept
+    too). A block with dropout (LoRA's) saves the random number generators' state and restores it for the
+    recompute, which then drops what the forward dropped (so: after `apply_lora`)."""
     if not enabled:
         return "off"
     count = len(model.layers) if layers is None else min(layers, len(model.layers))

@@ -91,7 +91,7 @@ class LoraConfig(RunSettings):
     keep_attention: bool = var(
         "AC_KEEP_ATTENTION",
         False,
-        help="with ACTIVATION_CHECKPOINTING: the recompute skips the attention kernel (0.29 GB more a block)",
+        help="with ACTIVATION_CHECKPOINTING: recompute all but the attention kernel (0.13-0.28 GiB a block)",
     )
     reshard_after_forward: bool = var(
         "RESHARD_AFTER_FORWARD", True, help="0: keep blocks gathered to backward"
