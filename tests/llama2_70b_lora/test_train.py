@@ -78,15 +78,18 @@ def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(datadir, tmp_pat
 
 
 def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
+    """...and recomputing all but the attention kernel in the backward changes nothing either."""
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     _, one, log1 = train(datadir, tmp_path / "one", MAX_STEPS="6")
-    _, two, log2 = train(datadir, tmp_path / "two", nproc=2, MAX_STEPS="6")
+    recompute = {"ACTIVATION_CHECKPOINTING": "1", "AC_KEEP_ATTENTION": "1"}
+    _, two, log2 = train(datadir, tmp_path / "two", nproc=2, MAX_STEPS="6", **recompute)
     evals = [[e["value"] for e in run if e["key"] == "eval_accuracy"] for run in (one, two)]
     assert len(evals[0]) == 2, log1[-2000:]
     assert evals[0] == pytest.approx(evals[1], rel=1e-5), log2[-2000:]
-    backend = next(e["value"] for e in two if e["key"] == "backend_data_parallel")
-    assert backend.startswith("FSDP2 over 2 ranks")
+    backends = {e["key"]: e["value"] for e in two if e["key"].startswith("backend_")}
+    assert backends["backend_data_parallel"].startswith("FSDP2 over 2 ranks")
+    assert backends["backend_activation_checkpointing"].startswith("recompute but the attention kernel")
 
 
 @pytest.mark.parametrize(
