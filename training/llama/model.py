@@ -340,8 +340,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
         self.mlp = MLP(shape)
         # set by apply_activation_checkpointing: recompute in the backward; but not the attention kernel
-        # (kept: its output and q, k, v stay from the forward); it draws random numbers (LoRA's dropout),
-        # which the recompute must draw again the same
+        # (its output stays from the forward); it draws random numbers (LoRA's dropout), which the
+        # recompute must draw again the same
         self.checkpointed = self.keep_attention = self.random = False
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
