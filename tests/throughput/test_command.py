@@ -60,6 +60,21 @@ def test_llama_with_fp8_on_two_processes(tmp_path):
     assert "TFLOP/s/GPU (AMD's: 6 x matrices" in proc.stdout
 
 
+def test_reducing_gradients_every_iteration_or_once_per_step_trains_alike(tmp_path):
+    config = tmp_path / "tiny-llama.json"
+    config.write_text(json.dumps({"name": "tiny Llama", **TINY}))
+    runs = {}
+    for each in ("True", "False"):
+        flags = ["--num_iteration", "6", "--grad_accum", "2", "--enable_compile", "False"]
+        proc = torchrun(str(config), "llama", "--batch_size", "2", *flags, "--reduce_each_iteration", each)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        steps = [ln for ln in proc.stdout.splitlines() if ln.startswith("step ")]
+        runs[each] = [ln.split(" loss ")[1].split()[0] for ln in steps]
+        when = "after every iteration" if each == "True" else "once per optimizer step"
+        assert f"gradients reduce-scattered {when}" in proc.stdout
+    assert len(runs["True"]) == 3 and runs["True"] == runs["False"]
+
+
 def test_flux_on_two_processes(tmp_path):
     pytest.importorskip("diffusers", reason="FLUX's transformer is diffusers' FluxTransformer2DModel")
     config = tmp_path / "tiny-flux.json"

@@ -25,6 +25,8 @@ def test_the_seeds_commands_parse():
     assert (a.batch_size, a.enable_fp8, a.num_iteration, a.seed, a.seq_len) == (None, False, 64, 7, 2048)
     assert (a.steps, a.warmup_steps) == (8, 4)
     assert model_for(a).shape.max_seq_length == 2048
+    assert a.reduce_each_iteration  # as AMD's FSDP1
+    assert not parse_args([LLAMA, "llama", "--reduce_each_iteration", "False"]).reduce_each_iteration
     flux = parse_args([str(CONFIGS / "flux.1-dev.json"), "flux"])
     assert (flux.num_iteration, flux.grad_accum) == (20, 1)
 
@@ -35,6 +37,7 @@ def test_the_seeds_commands_parse():
         (["--batch_size", "0"], "--batch_size takes a positive integer, not '0'"),
         (["--batch_size", "three"], "--batch_size takes a positive integer, not 'three'"),
         (["--enable_fp8", "yes"], "--enable_fp8 takes True or False, not 'yes'"),
+        (["--reduce_each_iteration", "no"], "--reduce_each_iteration takes True or False, not 'no'"),
         (["--num_iteration", "-4"], "--num_iteration takes a positive integer, not '-4'"),
         (["--seq_len", "8k"], "--seq_len takes a positive integer, not '8k'"),
         (["--batchsize", "3"], "unknown flag --batchsize (did you mean --batch_size?)"),

@@ -71,6 +71,12 @@ def test_out_of_memory_names_the_batch_and_the_memory_asked_for():
     text = does_not_fit("Llama 3.1 70B", 4, "NVIDIA H200 (139.8 GiB, rank 0)", oom, 136.2)
     assert text.startswith("Llama 3.1 70B does not fit at batch size 4 per GPU on NVIDIA H200 (139.8 GiB")
     assert "asked for 3.91 GiB with 136.2 GiB already allocated" in text
+    # PyTorch's own figures of the moment it failed, where its message has them (the 8B on 4 x H100)
+    oom += (" of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB memory in "
+            "use. Of the allocated memory 75.30 GiB is allocated by PyTorch, and 2.19 GiB is reserved by "
+            "PyTorch but unallocated.")  # fmt: skip
+    text = does_not_fit("Llama 3.1 8B", 1, "NVIDIA H100 80GB HBM3 (79.2 GiB, rank 0)", oom, 40.2)
+    assert "asked for 3.91 GiB with 75.30 GiB allocated by PyTorch and 2.19 GiB reserved but" in text
 
 
 def test_flux_flops_match_torchs_flop_counter():

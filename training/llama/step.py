@@ -36,6 +36,9 @@ class Step:
     autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     fp8: Fp8 = field(default_factory=Fp8)
     clip_norm: float = 1.0
+    # FSDP2 with several micro-batches: reduce-scatter the gradients after each (no unsharded gradients of
+    # the whole model held between them, 4 bytes a parameter in fp32) or, by default, after the last only
+    sync_each_micro_batch: bool = False
     schedule: object | None = None  # set by `__post_init__` with pipeline parallelism
 
     def __post_init__(self):
@@ -75,9 +78,8 @@ def forward_backward(step: Step, micro_batches: list[tuple]) -> torch.Tensor:
         return torch.stack(losses).mean().detach() if losses else loss_sum
     accum = len(micro_batches)
     for micro, batch in enumerate(micro_batches):
-        # FSDP2: reduce-scatter the gradients after the last micro-batch only
-        if hasattr(step.model, "set_requires_gradient_sync"):
-            step.model.set_requires_gradient_sync(micro == accum - 1)
+        if hasattr(step.model, "set_requires_gradient_sync"):  # FSDP2
+            step.model.set_requires_gradient_sync(step.sync_each_micro_batch or micro == accum - 1)
         if len(batch) > 2:  # packed rows (no context parallelism: `feature_problems` refuses it)
             logits, labels = _forward(step, batch)
             loss = step.loss_fn(logits, labels)

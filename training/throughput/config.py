@@ -140,6 +140,7 @@ class RunArgs:
     grad_accum: int = 8  # iterations per optimizer step (AMD's grad_accumlate_pre_steps; FLUX 1)
     enable_compile: bool = True
     activation_checkpointing: bool = False
+    reduce_each_iteration: bool = True  # FSDP2 reduce-scatters after every iteration, not once per step
     fp8_backend: str = "auto"
     num_layers: int | None = None  # fewer blocks at full width: a multi-GPU model on one GPU
     json: Path | None = None  # write the result here (rank 0)
@@ -224,6 +225,12 @@ def parser() -> argparse.ArgumentParser:
                    help="iterations per optimizer step (default 8 as AMD's script; FLUX 1)")  # fmt: skip
     switch("enable_compile", True, "torch.compile each block (default True)")
     switch("activation_checkpointing", False, "recompute each block in backward (default False)")
+    switch(
+        "reduce_each_iteration",
+        True,
+        "reduce-scatter the gradients after every iteration, as AMD's FSDP1 (default True); False: once "
+        "per optimizer step, the model's unsharded fp32 gradients held in between (4 bytes a parameter)",
+    )
     flag("fp8_backend", choices=FP8_BACKENDS, default="auto",
          help="auto: Transformer Engine where importable, else ours (native) on NVIDIA GPUs and the CPU, "
               "torchao on MI300-class GPUs")  # fmt: skip

@@ -25,7 +25,7 @@ from training.common.config import ConfigError
 from training.llama import optim, parallel
 from training.throughput import flops
 from training.throughput.config import ModelSpec, RunArgs
-from training.throughput.workload import Workload
+from training.throughput.workload import Workload, gradient_sync
 
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-4, (0.9, 0.999), 1e-8, 0.01
 CLIP_NORM = 1.0
@@ -89,7 +89,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
             block.compile()
         applied["compile"] = f"torch.compile per block ({len(blocks(model))} blocks)"
     param_dtype = torch.bfloat16 if on_gpu else torch.float32
-    applied["data_parallel"] = shard(model, mesh, param_dtype)
+    applied["data_parallel"] = gradient_sync(shard(model, mesh, param_dtype), args.reduce_each_iteration)
     if on_gpu:
         model.to_empty(device=device)
         init_weights(model)
@@ -131,8 +131,8 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
             total = torch.zeros((), device=device)
             for i in range(accum):
                 latents, text, pooled = pool[i % 2]
-                if hasattr(model, "set_requires_gradient_sync"):  # reduce-scatter after the last only
-                    model.set_requires_gradient_sync(i == accum - 1)
+                if hasattr(model, "set_requires_gradient_sync"):  # FSDP2 (`--reduce_each_iteration`)
+                    model.set_requires_gradient_sync(args.reduce_each_iteration or i == accum - 1)
                 noise = torch.randn(latents.shape, device=device, generator=generator)
                 time = torch.sigmoid(torch.randn(batch, device=device, generator=generator))  # logit-normal
                 noised = (1 - time[:, None, None]) * latents + time[:, None, None] * noise

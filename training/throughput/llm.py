@@ -25,7 +25,7 @@ from training.llama.model import (
 from training.llama.step import Step, train_step
 from training.throughput import flops
 from training.throughput.config import ModelSpec, RunArgs
-from training.throughput.workload import Workload
+from training.throughput.workload import Workload, gradient_sync
 
 # torch.optim.AdamW's defaults, as AMD's script (constant lr); the throughput does not depend on them
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
@@ -83,7 +83,9 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         model, optimizer, parallel.Parallelism(world, 1, 1, 1, world, args.grad_accum), device, mesh,
         loss_fn=compiled_cross_entropy if args.enable_compile else cross_entropy,
         autocast=autocast, fp8=fp8_hooks, clip_norm=CLIP_NORM,
+        sync_each_micro_batch=args.reduce_each_iteration,
     )  # fmt: skip
+    applied["data_parallel"] = gradient_sync(applied["data_parallel"], args.reduce_each_iteration)
     seq = shape.max_seq_length
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     generator = torch.Generator(device=device).manual_seed(args.seed + rank)

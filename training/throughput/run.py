@@ -44,12 +44,21 @@ class DoesNotFit(RuntimeError):
 
 
 def does_not_fit(name: str, batch: int, where: str, oom: str, held_gib: float) -> str:
-    """The message for a step out of memory; `oom` is PyTorch's ("Tried to allocate 2.00 GiB. GPU 0 ...")."""
-    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", oom)
+    """The message for a step out of memory; `oom` is PyTorch's ("Tried to allocate 2.00 GiB. GPU 0 ... Of
+    the allocated memory 75.30 GiB is allocated by PyTorch, and 2.19 GiB is reserved ..."), whose figures
+    are those of the moment it failed; `held_gib` (allocated when the error was caught) stands in without."""
+    size = r"([\d.]+ [KMGT]?i?B)"
+    asked = re.search(rf"Tried to allocate {size}", oom)
+    held = re.search(rf"Of the allocated memory {size} is allocated by PyTorch, and {size} is reserved", oom)
+    holding = (
+        f"{held.group(1)} allocated by PyTorch and {held.group(2)} reserved but unallocated"
+        if held
+        else f"{held_gib:.1f} GiB already allocated"
+    )
     return (
         f"{name} does not fit at batch size {batch} per GPU on {where}: the step asked for "
-        f"{asked.group(1) if asked else 'more memory'} with {held_gib:.1f} GiB already allocated. Try a "
-        "smaller --batch_size, --batch_size auto, --activation_checkpointing True, or more GPUs."
+        f"{asked.group(1) if asked else 'more memory'} with {holding}. Try a smaller --batch_size, "
+        "--batch_size auto, --activation_checkpointing True, --reduce_each_iteration True, or more GPUs."
     )
 
 

@@ -24,3 +24,11 @@ class Workload:
     params: int
     compute: str  # "bf16" on GPUs, "fp32 (CPU)"
     model: torch.nn.Module  # the model the step runs (`--batch_size auto` measures its forward)
+
+
+def gradient_sync(data_parallel: str, reduce_each_iteration: bool) -> str:
+    """The data-parallel backend's description with when FSDP2 reduce-scatters the gradients."""
+    if data_parallel == "off":
+        return data_parallel
+    when = "after every iteration" if reduce_each_iteration else "once per optimizer step"
+    return f"{data_parallel}; gradients reduce-scattered {when}"
