@@ -139,6 +139,45 @@ def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
     assert fp8.choose_backend("native") == "native"
 
 
+def test_frozen_weights_write_no_transposed_copies_and_compute_the_same(monkeypatch):
+    """LoRA's frozen base: only the weight gradients' GEMMs read the transposed copies of x, of the MLP's
+    activation and of the gradients, so none is written; the output and the input gradient are those of the
+    same weights trained, bit for bit (a linear, then the fused SwiGLU MLP)."""
+    from training.fp8 import native
+
+    asked = []  # (the weights' casts pass no `transpose`: their transposed copies feed the input gradient)
+
+    def spying(name, real):
+        def spy(*args, **kwargs):
+            if "transpose" in kwargs:
+                asked.append((name, kwargs["transpose"]))
+            return real(*args, **kwargs)
+
+        return spy
+
+    for name in ("cast_transpose", "act_cast_transpose", "act_backward_cast_transpose"):
+        monkeypatch.setattr(native, name, spying(name, getattr(native, name)))
+    torch.manual_seed(0)
+    shapes = {"up": (64, 96), "gate": (64, 96), "down": (96, 64)}
+    base = {n: nn.Linear(*shape, bias=False) for n, shape in shapes.items()}
+    proj = nn.Linear(64, 64, bias=False)
+    runs = []
+    for frozen in (False, True):
+        for p in [proj.weight, *(m.weight for m in base.values())]:
+            p.requires_grad_(not frozen)
+        lin = {n: Fp8Linear.from_linear(m) for n, m in base.items()}
+        mlp, first = FusedFp8MLP("up", "down", "gate", lin), Fp8Linear.from_linear(proj)
+        x = (torch.randn(4, 8, 64, generator=torch.Generator().manual_seed(1)) * 3).requires_grad_()
+        asked.clear()
+        with torch.autocast("cpu", torch.bfloat16):
+            y = mlp(first(x))
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(2)).to(y.dtype) / 1e3)
+        runs.append((y.detach(), x.grad))
+        assert len(asked) == 6 and all(transpose is not frozen for _, transpose in asked), asked
+    (y, dx), (y2, dx2) = runs
+    assert torch.equal(y, y2) and torch.equal(dx, dx2)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton casts run on GPUs")
 @pytest.mark.parametrize("shape", [(2048, 1024), (1000, 1000)])
 def test_triton_kernels_match_pytorch(shape):
@@ -150,26 +189,29 @@ def test_triton_kernels_match_pytorch(shape):
 
 def fake_kernels(fault: str = "") -> types.SimpleNamespace:
     """A stand-in for `training.fp8.kernels` (no Triton here): PyTorch's casts, SwiGLU and GELU, with a
-    `fault` on demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU)."""
+    `fault` on demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU; `alone`:
+    the copy written without its transposed one flipped)."""
 
-    def cast_transpose(t, scale, amax, dtype, update_amax):
+    def cast_transpose(t, scale, amax, dtype, update_amax, transpose=True):
         amax.copy_(t.float().abs().max())
         y = casts.cast(t, scale, dtype)
-        yt = y.t().contiguous()
+        yt = y.t().contiguous() if transpose else y.new_empty(0)
         if fault == "transpose" and t.dtype == torch.float32:
             yt = yt.flip(0)
+        if fault == "alone" and not transpose:
+            y = y.flip(0)
         return y, yt
 
-    def swiglu_cast_transpose(g, u, scale, amax, update_amax):
+    def swiglu_cast_transpose(g, u, scale, amax, update_amax, transpose=True):
         h = (g if fault == "swiglu" else F.silu(g)) * u
-        return cast_transpose(h, scale, amax, torch.float8_e4m3fn, update_amax)
+        return cast_transpose(h, scale, amax, torch.float8_e4m3fn, update_amax, transpose)
 
-    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax):
+    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax, transpose=True):
         dg, du = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
         e5m2 = torch.float8_e5m2
         return (
-            *cast_transpose(dg, g_scale, g_amax, e5m2, True),
-            *cast_transpose(du, u_scale, u_amax, e5m2, True),
+            *cast_transpose(dg, g_scale, g_amax, e5m2, True, transpose),
+            *cast_transpose(du, u_scale, u_amax, e5m2, True, transpose),
         )
 
     def gelu_cast_transpose(a, scale, amax, update_amax):
@@ -197,6 +239,11 @@ def test_a_faulty_triton_cast_is_named_and_the_native_linear_falls_back_to_pytor
     monkeypatch.setattr(casts, "kernels", fake_kernels("transpose"))
     fault = casts.triton_casts_fault(cpu)
     assert fault == "the transposed copy of 512x1024 torch.float32 cast to torch.float8_e4m3fn"
+    monkeypatch.setattr(casts, "kernels", fake_kernels("alone"))  # (frozen weights: no transposed copies)
+    assert (
+        casts.triton_casts_fault(cpu)
+        == "the lone copy of 512x1024 torch.bfloat16 cast to torch.float8_e4m3fn"
+    )
     # on a GPU (pretended): the check runs with the native linear's setup, and a fault means PyTorch's casts
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

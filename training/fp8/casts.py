@@ -48,34 +48,41 @@ def _kernel_amax(amax: torch.Tensor | None, device) -> tuple[torch.Tensor, bool]
     return (amax, True) if amax is not None else (torch.empty((), device=device), False)
 
 
-def cast_transpose(t, scale, dtype, amax=None, by_rows=False, triton=False):
-    """(t scaled and cast to `dtype`, the same transposed and contiguous); with `amax`, its max |t| is
-    written there. One Triton pass on a GPU, else PyTorch (`by_rows` as `amax_of`)."""
+def cast_transpose(t, scale, dtype, amax=None, by_rows=False, triton=False, transpose=True):
+    """(t scaled and cast to `dtype`, the same transposed and contiguous, or None without `transpose`: the
+    copy only a weight gradient reads); with `amax`, its max |t| is written there. One Triton pass on a GPU,
+    else PyTorch (`by_rows` as `amax_of`)."""
     if _on_kernels(triton, t):
         buffer, update = _kernel_amax(amax, t.device)
-        return kernels.cast_transpose(t, scale, buffer, dtype, update)
+        t8, t8t = kernels.cast_transpose(t, scale, buffer, dtype, update, transpose)
+        return t8, t8t if transpose else None
     if amax is not None:
         amax.copy_(amax_of(t, by_rows))
     t8 = cast(t, scale, dtype)
-    return t8, t8.t().contiguous()
+    return t8, t8.t().contiguous() if transpose else None
 
 
-def act_cast_transpose(up, gate, scale, amax=None, triton=False):
+def act_cast_transpose(up, gate, scale, amax=None, triton=False, transpose=True):
     """`cast_transpose` to e4m3 of the MLP's activation: silu(gate) * up (SwiGLU) or, without gate, gelu(up);
-    on a GPU one Triton pass that never writes it in bf16, elsewhere PyTorch's eager ops."""
+    on a GPU one Triton pass that never writes it in bf16, elsewhere PyTorch's eager ops. Without
+    `transpose` (SwiGLU only: a frozen down projection) no transposed copy (None)."""
     if _on_kernels(triton, up):
         if gate is None:
             return kernels.gelu_cast_transpose(up, scale, *_kernel_amax(amax, up.device))
-        return kernels.swiglu_cast_transpose(gate, up, scale, *_kernel_amax(amax, up.device))
+        h8, h8t = kernels.swiglu_cast_transpose(gate, up, scale, *_kernel_amax(amax, up.device), transpose)
+        return h8, h8t if transpose else None
     h = F.gelu(up) if gate is None else F.silu(gate) * up
-    return cast_transpose(h, scale, torch.float8_e4m3fn, amax, True)
+    return cast_transpose(h, scale, torch.float8_e4m3fn, amax, True, transpose=transpose or gate is None)
 
 
-def act_backward_cast_transpose(dh, up, gate, up_scale, gate_scale, up_amax, gate_amax, triton=False):
+def act_backward_cast_transpose(
+    dh, up, gate, up_scale, gate_scale, up_amax, gate_amax, triton=False, transpose=True
+):
     """The gradients of the activation's inputs, for dh the gradient of its output, each `cast_transpose`d to
-    e5m2 with its amax updated: SwiGLU (dup, dup transposed, dgate, dgate transposed); GELU (dup, dup
-    transposed, the column sums of dup in float32: the up projection's bias gradient). One Triton pass on a
-    GPU; elsewhere what eager autograd computes."""
+    e5m2 with its amax updated: SwiGLU (dup, dup transposed, dgate, dgate transposed; without `transpose`,
+    frozen up and gate projections, None for the transposed copies); GELU (dup, dup transposed, the column
+    sums of dup in float32: the up projection's bias gradient). One Triton pass on a GPU; elsewhere what
+    eager autograd computes."""
     e5m2 = torch.float8_e5m2
     if gate is None:
         if _on_kernels(triton, up):
@@ -84,13 +91,13 @@ def act_backward_cast_transpose(dh, up, gate, up_scale, gate_scale, up_amax, gat
         return (*cast_transpose(dup, up_scale, e5m2, up_amax), dup.sum(0, dtype=torch.float32))
     if _on_kernels(triton, up):
         dg, dgt, du, dut = kernels.swiglu_backward_cast_transpose(
-            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax
+            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax, transpose
         )
-        return du, dut, dg, dgt
+        return (du, dut, dg, dgt) if transpose else (du, None, dg, None)
     dgate, dup = torch.ops.aten.silu_backward(dh * up, gate), dh * F.silu(gate)
     return (
-        *cast_transpose(dup, up_scale, e5m2, up_amax),
-        *cast_transpose(dgate, gate_scale, e5m2, gate_amax),
+        *cast_transpose(dup, up_scale, e5m2, up_amax, transpose=transpose),
+        *cast_transpose(dgate, gate_scale, e5m2, gate_amax, transpose=transpose),
     )
 
 
@@ -112,6 +119,15 @@ def _mlp_kernels_fault(device: torch.device, shape) -> str:
     gelu8, gelu8t = kernels.gelu_cast_transpose(u, scale, amax[3], True)
     da8, da8t, colsum = kernels.gelu_backward_cast_transpose(dh, u, scale, amax[4])
     da = torch.ops.aten.gelu_backward(dh, u)
+    # without the transposed copies (frozen weights): the same row-major ones
+    scratch = [torch.zeros((), device=device) for _ in range(3)]
+    h_alone = kernels.swiglu_cast_transpose(g, u, scale, scratch[0], False, False)[0]
+    dg_alone, _, du_alone, _ = kernels.swiglu_backward_cast_transpose(
+        dh, g, u, scale, scale, *scratch[1:], False
+    )
+    alone = h_alone, dg_alone, du_alone
+    if not all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(alone, (h8, dg8, du8))):
+        return "SwiGLU's FP8 copies written without their transposed ones"
     checks = (
         ("SwiGLU's output", h8, h8t, amax[0], F.silu(g) * u),
         ("SwiGLU's gate gradient", dg8, dg8t, amax[1], torch.ops.aten.silu_backward(dh * u, g)),
@@ -147,8 +163,10 @@ def triton_casts_fault(device: torch.device, shape=(512, 1024)) -> str:
     ):
         x, amax = t.to(src), torch.zeros((), device=device)
         y, yt = kernels.cast_transpose(x, scale, amax, dtype, True)
+        alone = kernels.cast_transpose(x, scale, torch.zeros((), device=device), dtype, False, False)[0]
         want = cast(x, scale, dtype)
-        for name, got, ref in (("copy", y, want), ("transposed copy", yt, want.t().contiguous())):
+        copies = ("copy", y, want), ("transposed copy", yt, want.t().contiguous()), ("lone copy", alone, want)
+        for name, got, ref in copies:
             if not torch.equal(got.view(torch.uint8), ref.view(torch.uint8)):
                 return f"the {name} of {shape[0]}x{shape[1]} {src} cast to {dtype}"
         if float(amax) != float(x.float().abs().max()):

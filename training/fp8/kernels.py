@@ -52,12 +52,17 @@ def _cast_transpose_kernel(
 
 
 @triton.jit
-def _store_fp8(v, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr):
+def _store_fp8(
+    v, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
+    TRANS: tl.constexpr
+):  # fmt: skip
     """The float32 tile v (rows rm, columns rn of an M x N matrix) scaled, cast and stored row-major into y
-    and transposed into yt; with AMAX, its max |v| into amax (v is 0 outside the matrix)."""
+    and, with TRANS, transposed into yt; with AMAX, its max |v| into amax (v is 0 outside the matrix)."""
     y = tl.clamp(v * tl.load(scale_ptr), -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=(rm[:, None] < M) & (rn[None, :] < N))
-    tl.store(yt_ptr + rn[:, None] * M + rm[None, :], tl.trans(y), mask=(rn[:, None] < N) & (rm[None, :] < M))
+    if TRANS:
+        mask_t = (rn[:, None] < N) & (rm[None, :] < M)
+        tl.store(yt_ptr + rn[:, None] * M + rm[None, :], tl.trans(y), mask=mask_t)
     if AMAX:
         tl.atomic_max(amax_ptr, tl.max(tl.abs(v)))
 
@@ -79,19 +84,19 @@ def _bf16(v):
 @triton.jit
 def _swiglu_kernel(
     g_ptr, u_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr
+    BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr
 ):  # fmt: skip
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = _bf16(_bf16(g / (1.0 + tl.exp(-g))) * u)  # F.silu(g) * u in bf16
-    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX)
+    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX, TRANS)
 
 
 @triton.jit
 def _swiglu_backward_kernel(
     dh_ptr, g_ptr, u_ptr, g_scale_ptr, u_scale_ptr, dg_ptr, dgt_ptr, du_ptr, dut_ptr, g_amax_ptr, u_amax_ptr,
-    M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+    M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr
 ):  # fmt: skip
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -101,8 +106,8 @@ def _swiglu_backward_kernel(
     du = _bf16(dh * _bf16(g / (1.0 + tl.exp(-g))))
     sig = 1.0 / (1.0 + tl.exp(-g))
     dg = _bf16(_bf16(dh * u) * sig * (1.0 + g * (1.0 - sig)))
-    _store_fp8(dg, g_scale_ptr, dg_ptr, dgt_ptr, g_amax_ptr, rm, rn, M, N, FMAX, True)
-    _store_fp8(du, u_scale_ptr, du_ptr, dut_ptr, u_amax_ptr, rm, rn, M, N, FMAX, True)
+    _store_fp8(dg, g_scale_ptr, dg_ptr, dgt_ptr, g_amax_ptr, rm, rn, M, N, FMAX, True, TRANS)
+    _store_fp8(du, u_scale_ptr, du_ptr, dut_ptr, u_amax_ptr, rm, rn, M, N, FMAX, True, TRANS)
 
 
 @triton.jit
@@ -113,7 +118,7 @@ def _gelu_kernel(
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = _bf16(a * 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476)))  # F.gelu(a) in bf16
-    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX)
+    _store_fp8(h, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX, AMAX, True)
 
 
 @triton.jit
@@ -127,7 +132,7 @@ def _gelu_backward_kernel(
     cdf = 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476))
     pdf = tl.exp(-0.5 * a * a) * 0.3989422804014327  # 1 / sqrt(2 pi)
     da = _bf16(dh * (cdf + a * pdf))  # gelu_backward(dh, a) in bf16
-    _store_fp8(da, scale_ptr, da_ptr, dat_ptr, amax_ptr, rm, rn, M, N, FMAX, True)
+    _store_fp8(da, scale_ptr, da_ptr, dat_ptr, amax_ptr, rm, rn, M, N, FMAX, True, True)
     tl.store(colsum_ptr + tl.program_id(0) * N + rn, tl.sum(da, axis=0), mask=rn < N)
 
 
@@ -147,39 +152,45 @@ def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK, eager: bool = 
     )  # fmt: skip
 
 
-def _fp8_pair(m: int, n: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty((m, n), dtype=dtype, device=device), torch.empty((n, m), dtype=dtype, device=device)
+def _fp8_pair(m: int, n: int, dtype: torch.dtype, device, transpose: bool = True):
+    """The (m, n) output and its (n, m) transposed copy; without `transpose` an empty stand-in for it."""
+    t = torch.empty((n, m) if transpose else (0,), dtype=dtype, device=device)
+    return torch.empty((m, n), dtype=dtype, device=device), t
 
 
 # a triton_op, not an opaque custom op: a compiled model launches the kernel from its own generated code,
 # without a Python dispatch per call (which made BERT's compiled FP8 step wait on the CPU)
 @triton_op("mlperf_fp8::cast_transpose", mutates_args={"amax"})
 def cast_transpose(
-    t: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, dtype: torch.dtype, update_amax: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+    t: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, dtype: torch.dtype, update_amax: bool,
+    transpose: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(t cast, its transposed copy, or an empty tensor without `transpose`: a frozen weight's GEMMs never
+    read it)."""
     t = t.contiguous()
     m, n = t.shape
-    y, yt = _fp8_pair(m, n, dtype, t.device)
+    y, yt = _fp8_pair(m, n, dtype, t.device, transpose)
     if update_amax:
         amax.zero_()
-    launch(t, scale, y, yt, amax, update_amax)
+    launch(t, scale, y, yt if transpose else None, amax, update_amax)
     return y, yt
 
 
 @triton_op("mlperf_fp8::swiglu_cast_transpose", mutates_args={"amax"})
 def swiglu_cast_transpose(
-    g: torch.Tensor, u: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, update_amax: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """silu(g) * u (bf16 matrices) cast to e4m3, row-major and transposed; with `update_amax`, its max |.|
-    into `amax`."""
+    g: torch.Tensor, u: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, update_amax: bool,
+    transpose: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """silu(g) * u (bf16 matrices) cast to e4m3, row-major and (with `transpose`, else an empty tensor)
+    transposed; with `update_amax`, its max |.| into `amax`."""
     g, u = g.contiguous(), u.contiguous()
     (m, n), (bm, bn, warps) = g.shape, BLOCK
-    y, yt = _fp8_pair(m, n, torch.float8_e4m3fn, g.device)
+    y, yt = _fp8_pair(m, n, torch.float8_e4m3fn, g.device, transpose)
     if update_amax:
         amax.zero_()
     wrap_triton(_swiglu_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        g, u, scale, y, yt, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax, BM=bm, BN=bn,
-        num_warps=warps,
+        g, u, scale, y, yt if transpose else y, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax,
+        BM=bm, BN=bn, TRANS=transpose, num_warps=warps,
     )  # fmt: skip
     return y, yt
 
@@ -187,19 +198,19 @@ def swiglu_cast_transpose(
 @triton_op("mlperf_fp8::swiglu_backward_cast_transpose", mutates_args={"g_amax", "u_amax"})
 def swiglu_backward_cast_transpose(
     dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, g_scale: torch.Tensor, u_scale: torch.Tensor,
-    g_amax: torch.Tensor, u_amax: torch.Tensor
+    g_amax: torch.Tensor, u_amax: torch.Tensor, transpose: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The gradients of g and u (for dh, the gradient of silu(g) * u) cast to e5m2, each row-major and
-    transposed, their max |.| into `g_amax` and `u_amax`."""
+    """The gradients of g and u (for dh, the gradient of silu(g) * u) cast to e5m2, each row-major and (with
+    `transpose`, else empty tensors) transposed, their max |.| into `g_amax` and `u_amax`."""
     dh, g, u = dh.contiguous(), g.contiguous(), u.contiguous()
     (m, n), (bm, bn, warps) = g.shape, BLOCK
-    dg, dgt = _fp8_pair(m, n, torch.float8_e5m2, g.device)
-    du, dut = _fp8_pair(m, n, torch.float8_e5m2, g.device)
+    dg, dgt = _fp8_pair(m, n, torch.float8_e5m2, g.device, transpose)
+    du, dut = _fp8_pair(m, n, torch.float8_e5m2, g.device, transpose)
     g_amax.zero_()
     u_amax.zero_()
     wrap_triton(_swiglu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        dh, g, u, g_scale, u_scale, dg, dgt, du, dut, g_amax, u_amax, m, n, FMAX=torch.finfo(dg.dtype).max,
-        BM=bm, BN=bn, num_warps=warps,
+        dh, g, u, g_scale, u_scale, dg, dgt if transpose else dg, du, dut if transpose else du, g_amax,
+        u_amax, m, n, FMAX=torch.finfo(dg.dtype).max, BM=bm, BN=bn, TRANS=transpose, num_warps=warps,
     )  # fmt: skip
     return dg, dgt, du, dut
 

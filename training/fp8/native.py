@@ -65,20 +65,20 @@ class _Fp8Matmul(torch.autograd.Function):
     did. w is cast with its current amax (a small tensor), the incoming gradient with the previous backward's
     amax, which the backward updates likewise. Each cast also writes the transposed copy that the backward's
     GEMMs need (the FP8 GEMM takes row-major x column-major operands): x's and the gradient's for the weight
-    gradient, w's for the input gradient."""
+    gradient (none for a frozen weight), w's for the input gradient."""
 
     @staticmethod
     def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton):
         x_scale = scale_of(x_amax, E4M3_MAX)
-        x8, x8t = cast_transpose(
-            x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None, True, triton
-        )
+        x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None,
+                                 True, triton, transpose=ctx.needs_input_grad[1])  # fmt: skip
         w8, w8t, w_scale = _cast_weight(w, w_gathered_scale, triton)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
         y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
-        # a frozen weight (LoRA's base) needs no weight gradient: x's transposed copy is not kept for one
-        ctx.save_for_backward(x8t if ctx.needs_input_grad[1] else None, _kept(w8, w8t), x_scale, w_scale)
+        # a frozen weight (LoRA's base) needs no weight gradient: no transposed copies of x or of the
+        # gradient (for the weight gradient's GEMM only) are written
+        ctx.save_for_backward(x8t, _kept(w8, w8t), x_scale, w_scale)
         ctx.stored = w8t is None
         # not saved for backward: that would check its version, which another micro-batch's backward may
         # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
@@ -91,7 +91,9 @@ class _Fp8Matmul(torch.autograd.Function):
         (x8t, w8t, x_scale, w_scale), g_amax = ctx.saved_tensors, ctx.g_amax
         w8t = _transposed(w8t, ctx.stored)
         g_scale = scale_of(g_amax, E5M2_MAX)
-        g8, g8t = cast_transpose(g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton)
+        g8, g8t = cast_transpose(
+            g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton, transpose=ctx.needs_input_grad[1]
+        )
         g_inv = g_scale.reciprocal()
         dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
         dw = db = None
@@ -120,9 +122,10 @@ class _Fp8MLP(torch.autograd.Function):
                 dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
                 triton):  # fmt: skip
         x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
-        x8, x8t = cast_transpose(
-            x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None, True, triton
-        )
+        # frozen weights (LoRA's base) need no weight gradients: no transposed copies are written for them
+        needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
+        x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None,
+                                 True, triton, transpose=needs[1] or needs[3])  # fmt: skip
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
         wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered, triton)
         wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
@@ -132,14 +135,13 @@ class _Fp8MLP(torch.autograd.Function):
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
             gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
-        h8, h8t = act_cast_transpose(up, gate, h_scale, h_amax_next if update_amax else None, triton)
+        h8, h8t = act_cast_transpose(
+            up, gate, h_scale, h_amax_next if update_amax else None, triton, transpose=needs[4]
+        )
         y = torch._scaled_mm(
             h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
         )
-        # frozen weights (LoRA's base) need no weight gradients: no transposed input copies kept for them
-        needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
-        x8t = x8t if needs[1] or needs[3] else None
-        h8t = h8t if needs[4] else None
+        h8t = h8t if needs[4] else None  # (GELU's kernel writes it always)
         kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
         ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale)
@@ -161,9 +163,11 @@ class _Fp8MLP(torch.autograd.Function):
         (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
         dy_scale, dup_scale = scale_of(dy_amax, E5M2_MAX), scale_of(dup_amax, E5M2_MAX)
         dgate_scale = None if gate is None else scale_of(dgate_amax, E5M2_MAX)
-        dy8, dy8t = cast_transpose(dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton)
-        dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, b_down, ...)
+        dy8, dy8t = cast_transpose(
+            dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton, transpose=needs[4]
+        )
+        dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
         dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
         dw_down = dw_up = dw_gate = db_up = db_down = None
         if needs[4]:
@@ -171,7 +175,15 @@ class _Fp8MLP(torch.autograd.Function):
         if needs[5]:
             db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
         dup8, dup8t, *rest = act_backward_cast_transpose(
-            dh, up, gate, dup_scale, dgate_scale, dup_amax, dgate_amax, ctx.triton
+            dh,
+            up,
+            gate,
+            dup_scale,
+            dgate_scale,
+            dup_amax,
+            dgate_amax,
+            ctx.triton,
+            transpose=needs[1] or needs[3],
         )
         dup_inv = dup_scale.reciprocal()
         dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
