@@ -174,16 +174,9 @@ class _Fp8MLP(torch.autograd.Function):
             dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
         if needs[5]:
             db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
+        scales, amaxes = (dup_scale, dgate_scale), (dup_amax, dgate_amax)
         dup8, dup8t, *rest = act_backward_cast_transpose(
-            dh,
-            up,
-            gate,
-            dup_scale,
-            dgate_scale,
-            dup_amax,
-            dgate_amax,
-            ctx.triton,
-            transpose=needs[1] or needs[3],
+            dh, up, gate, *scales, *amaxes, ctx.triton, transpose=needs[1] or needs[3]
         )
         dup_inv = dup_scale.reciprocal()
         dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
