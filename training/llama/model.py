@@ -299,8 +299,7 @@ class Attention(nn.Module):
         self.o_adapter: nn.Module | None = None
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
-        q, k, v = self.project(x, cos, sin)
-        return self.output(attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window))
+        return self.output(self.attend(*self.project(x, cos, sin), cu_seqlens, max_seqlen))
 
     def project(self, x, cos, sin):
         """x (batch, seq, hidden) -> q, k, v (batch, seq, heads, head_dim), RoPE applied."""
@@ -313,6 +312,10 @@ class Attention(nn.Module):
         q = apply_rope(q.view(b, s, -1, self.head_dim), cos, sin)
         k = apply_rope(k.view(b, s, -1, self.head_dim), cos, sin)
         return q, k, v.view(b, s, -1, self.head_dim)
+
+    def attend(self, q, k, v, cu_seqlens=None, max_seqlen=None):
+        """The attention kernel on q, k, v (batch, seq, heads, head_dim): this layer's backend and window."""
+        return attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window)
 
     def output(self, out):
         """The attention's output (batch, seq, heads, head_dim) -> (batch, seq, hidden)."""
@@ -345,8 +348,8 @@ class Block(nn.Module):
         self.checkpointed = self.keep_attention = self.random = False
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cu_seqlens, max_seqlen)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out = self.self_attn.attend(*self._project(x, cos, sin), cu_seqlens, max_seqlen)
+        return self._after_attention(x, out)
 
     def _project(self, x, cos, sin):
         return self.self_attn.project(self.input_layernorm(x), cos, sin)
@@ -365,8 +368,7 @@ class Block(nn.Module):
             return recompute(self._forward, x, cos, sin, cu_seqlens, max_seqlen)
         # two recomputed halves around the attention kernel, which saves its inputs and output as usual
         q, k, v = recompute(self._project, x, cos, sin)
-        out = attention(q, k, v, self.self_attn.backend, cu_seqlens, max_seqlen, self.self_attn.window)
-        return recompute(self._after_attention, x, out)
+        return recompute(self._after_attention, x, self.self_attn.attend(q, k, v, cu_seqlens, max_seqlen))
 
 
 class Llama(nn.Module):
