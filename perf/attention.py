@@ -1,6 +1,6 @@
 """Attention kernels on one GPU, forward + backward, for the two shapes our trainers run.
 
-    python perf/attention.py [bert] [llama] [mistral]
+    python perf/attention.py [bert] [llama] [lora] [mistral]
 
 bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
 bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
@@ -11,7 +11,8 @@ dropout (`_flash_attention_forward`: what ATTENTION=torch_flash runs). Checked: 
 without dropout, and for the kernels with dropout that the backward drops what the forward dropped
 (<out, g> = <v, dv>, since out = P v for the dropped probabilities P).
 llama: one 8192-token causal sequence, 32 query heads and 8 key/value heads of 128 (Llama 3.1 8B), under
-SDPA's default choice, each backend forced, and cuDNN with the key/value heads expanded.
+SDPA's default choice, each backend forced, cuDNN with the key/value heads expanded, and FlashAttention-4
+(`flash-attn-4`, our backend `flash4`) where it runs. lora: the same with Llama 2 70B's 64 / 8 heads.
 mistral: the same sequence and heads with Mistral's 4096-token sliding window (`mistral()`).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s counting only useful work.
 """
@@ -171,8 +172,8 @@ def bert() -> None:
     )
 
 
-def llama() -> None:
-    dev, seq, heads, kv, dim = torch.device("cuda"), 8192, 32, 8, 128
+def llama(heads: int = 32, kv: int = 8, name: str = "Llama 3.1 8B") -> None:
+    dev, seq, dim = torch.device("cuda"), 8192, 128
     q = torch.randn(1, heads, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
     k, v = (
         torch.randn(1, kv, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)
@@ -203,14 +204,40 @@ def llama() -> None:
                 with sdpa_kernel([backend]):
                     out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).float()
                 print(
-                    f"llama {backend.name} vs default: relative difference "
+                    f"{name} {backend.name} vs default: relative difference "
                     f"{float((out - ref).norm() / ref.norm()):.2e}"
                 )
             except Exception as err:  # noqa: BLE001
-                print(f"llama {backend.name}: {type(err).__name__}: {str(err)[:200]}")
-    table(
-        f"Llama 3.1 8B attention per layer, fwd+bwd, causal, seq {seq}, {heads}/{kv} heads of {dim}", results
-    )
+                print(f"{name} {backend.name}: {type(err).__name__}: {str(err)[:200]}")
+    flash4_rows(results, q, k, v, grad, ref, useful, name)
+    table(f"{name} attention per layer, fwd+bwd, causal, seq {seq}, {heads}/{kv} heads of {dim}", results)
+
+
+def flash4_rows(results, q, k, v, grad, ref, useful, name, window=None) -> None:
+    """FlashAttention-4 (`training.llama.flash4`, backend `flash4`) on the same (batch, heads, seq, dim)
+    tensors, as the model calls it: (batch, seq, heads, dim) contiguous, the custom ops eager."""
+    from training.llama.flash4 import flash4_attention, flash4_fault
+
+    fault = flash4_fault(q.device)
+    print(f"FlashAttention-4: {fault or 'runs and matches SDPA (flash4_fault)'}")
+    if fault:
+        return
+    qs, ks, vs = (t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+    g = grad.transpose(1, 2).contiguous()
+    try:
+        with torch.no_grad():
+            out = flash4_attention(qs, ks, vs, window=window).transpose(1, 2).float()
+        print(f"{name} FlashAttention-4 vs reference: relative difference "
+              f"{float((out - ref).norm() / ref.norm()):.2e}")  # fmt: skip
+    except Exception as err:  # noqa: BLE001 - reported in the table below
+        print(f"{name} FlashAttention-4: {type(err).__name__}: {str(err)[:200]}")
+    timed(results, "FlashAttention-4 (flash-attn-4, backend flash4)",
+          lambda: flash4_attention(qs, ks, vs, window=window).backward(g), useful)  # fmt: skip
+
+
+def lora() -> None:
+    """Llama 2 70B's attention (64 query / 8 key-value heads of 128) over one 8192-token sequence."""
+    llama(64, 8, "Llama 2 70B")
 
 
 def mistral() -> None:
@@ -255,6 +282,8 @@ def mistral() -> None:
     variants += [("FlexAttention, window block mask (torchtitan's)", flex_step, True),
                  ("SDPA causal, no window (cuDNN), for scale", causal, False)]  # fmt: skip
     results = []
+    flash4_rows(results, *(t.transpose(1, 2) for t in (q, k, v, grad)), ref.transpose(1, 2), useful,
+                "Mistral", window)  # fmt: skip
     for name, fn, banded in variants:
         try:
             with torch.no_grad():
@@ -273,7 +302,7 @@ def mistral() -> None:
 def main() -> int:
     parts = sys.argv[1:] or ["bert", "llama"]
     for part in parts:
-        {"bert": bert, "llama": llama, "mistral": mistral}[part]()
+        {"bert": bert, "llama": llama, "lora": lora, "mistral": mistral}[part]()
     return 0
 
 

@@ -24,8 +24,8 @@ peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
 Triton), `-ckptinside` FP8 blocks compiled together with their checkpoint, as BF16 blocks (by default FP8
 blocks compile inside an eager checkpoint: `parallel.apply_compile`), `-keepattn` (with `-ac`) the recompute
-skips the attention kernel (AC_KEEP_ATTENTION=1). Ours also reports `kept_after_forward_gib`: memory the
-forward of a step leaves allocated for its backward.
+skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4). Ours also
+reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its backward.
 `--profile N` prints each variant's top N GPU kernels per step.
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
@@ -84,6 +84,7 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
            "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
            "FP8_WEIGHTS": str(int("fp8w" in modes)),
            "AC_KEEP_ATTENTION": str(int("keepattn" in modes)),
+           "ATTENTION": "flash4" if "flash4" in modes else "auto",
            "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto"}  # fmt: skip
     if ac and ac[0] != "ac":
         env["ACL"] = ac[0][2:]

@@ -15,7 +15,8 @@ FSDP2 over the ranks; autocast on one GPU, as ours), its fused AdamW, clip 1.0 a
 on the same random tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask
 (4096, as ours); Llama rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full
 width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
-FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend) and `titan`.
+FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
+FlashAttention-4, `--attention flash4`) and `titan`.
 
 A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
 per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
@@ -68,8 +69,9 @@ def shape_of(row: str, args) -> LlamaShape:
 def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, world: int):
     _, model_type, fp8 = ROWS[row]
     backend = "torchao" if variant == "ours-torchao" else "auto"
+    attention = "flash4" if variant == "ours-flash4" else "auto"
     run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8, grad_accum=1,
-                  enable_compile=args.compile, fp8_backend=backend)  # fmt: skip
+                  enable_compile=args.compile, fp8_backend=backend, attention=attention)  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     return workload.make_step(args.mbs, 1), workload.backends
@@ -241,7 +243,9 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="llama8b-bf16,llama8b-fp8,mistral-bf16", help=", ".join(ROWS))
-    ap.add_argument("--peers", default="ours,titan", help="ours, ours-torchao, titan (comma-separated)")
+    ap.add_argument(
+        "--peers", default="ours,titan", help="ours, ours-torchao, ours-flash4, titan (comma-separated)"
+    )
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks at full width, to fit fewer GPUs")
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")
     ap.add_argument("--mbs", type=int, default=1, help="sequences per GPU per step")

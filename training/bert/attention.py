@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from training.common.backends import importable
+from training.common.backends import OPTIONAL, importable
 
 IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -77,12 +77,12 @@ def choose_attention(requested: str) -> str:
     NVIDIA GPUs where it runs, else PyTorch SDPA with a block mask, preferring cuDNN's kernel on NVIDIA."""
     gpu = torch.cuda.is_available()
     if requested == "auto":
-        if gpu and importable("flash_attn"):
+        if gpu and importable(OPTIONAL["flash_attn"]):
             return "flash_attn"
         if gpu and torch.version.cuda:
             return "torch_flash" if torch_flash_fault() is None else "sdpa_cudnn"
         return "sdpa"
-    if requested == "flash_attn" and not (gpu and importable("flash_attn")):
+    if requested == "flash_attn" and not (gpu and importable(OPTIONAL["flash_attn"])):
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
     if requested == "torch_flash" and (fault := torch_flash_fault()):
         raise ValueError(f"ATTENTION=torch_flash: {fault}")

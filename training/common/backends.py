@@ -14,7 +14,8 @@ import torch
 OPTIONAL = {
     "transformer_engine": "transformer_engine",
     "apex": "apex",
-    "flash_attn": "flash_attn",
+    "flash_attn": "flash_attn.flash_attn_interface",  # FlashAttention-2 (flash-attn-4 shares `flash_attn`)
+    "flash_attn_4": "flash_attn.cute",
     "torchao": "torchao",
     "megatron_core": "megatron.core",
 }

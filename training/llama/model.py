@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.common.backends import importable
+from training.common.backends import OPTIONAL, importable
+from training.llama.flash4 import flash4_attention, flash4_fault
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,8 @@ def attention(
         raise NotImplementedError("a sliding window over packed rows")
     if window is not None and window < q.shape[1]:
         return windowed_attention(q, k, v, window, backend)
+    if backend == "flash4":
+        return flash4_attention(q, k, v, cu_seqlens, max_seqlen)
     if backend == "flash_attn":
         from flash_attn import flash_attn_func, flash_attn_varlen_func
 
@@ -229,6 +232,8 @@ def attention(
 def windowed_attention(q, k, v, window: int, backend: str):
     """Causal sliding-window attention over (batch, seq, heads, head_dim): query i sees keys j with
     i - window < j <= i, flash-attn's and PyTorch's window (window - 1, 0)."""
+    if backend == "flash4":
+        return flash4_attention(q, k, v, window=window)
     if backend == "flash_attn":
         from flash_attn import flash_attn_func
 
@@ -420,17 +425,22 @@ def init_weights(module: nn.Module, shape: LlamaShape) -> None:
             nn.init.normal_(param, mean=0.0, std=shape.init_std)
 
 
+ATTENTIONS = ("auto", "sdpa", "flash_attn", "flash4")  # what a user may ask for (ATTENTION, --attention)
+
+
 def choose_attention(requested: str, device: torch.device, window: int | None = None) -> str:
     """`auto`: flash-attn on a GPU that has it; for a sliding `window` on an NVIDIA GPU, cuDNN's banded SDPA
     where it runs right (`cudnn_window_fault`); else SDPA."""
     if requested == "auto":
-        if device.type == "cuda" and importable("flash_attn"):
+        if device.type == "cuda" and importable(OPTIONAL["flash_attn"]):
             return "flash_attn"
         if window is not None and device.type == "cuda" and not cudnn_window_fault(device):
             return "cudnn"
         return "sdpa"
-    if requested == "flash_attn" and not (device.type == "cuda" and importable("flash_attn")):
+    if requested == "flash_attn" and not (device.type == "cuda" and importable(OPTIONAL["flash_attn"])):
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
+    if requested == "flash4" and (fault := flash4_fault(device)):
+        raise ValueError(f"ATTENTION=flash4 (FlashAttention-4) cannot run here: {fault}")
     return requested
 
 

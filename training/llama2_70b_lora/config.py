@@ -18,6 +18,7 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import ConfigError, RunSettings, var
+from training.llama.model import ATTENTIONS
 from training.llama.parallel import Parallelism, feature_problems, layout
 
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
@@ -101,7 +102,7 @@ class LoraConfig(RunSettings):
         "WARMUP", True, help="untimed synthetic training and validation steps before run_start"
     )
     warmup_train_steps: int = var("WARMUP_TRAIN_STEPS", 5, bounds=">= 0")
-    attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
+    attention: str = var("ATTENTION", "auto", help=" | ".join(ATTENTIONS))
     adamw_impl: str = var(
         "ADAMW_IMPL", "auto", help="auto (GPUs: ours in Triton where it matches torch's) | torch"
     )
@@ -120,7 +121,7 @@ class LoraConfig(RunSettings):
             problems.append("FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native")
         if self.init_checkpoint not in ("model", "none"):
             problems.append(f"INIT_CHECKPOINT={self.init_checkpoint!r} is not one of model, none")
-        for name, value, choices in (("ATTENTION", self.attention, ("auto", "sdpa", "flash_attn")),
+        for name, value, choices in (("ATTENTION", self.attention, ATTENTIONS),
                                      ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch"))):  # fmt: skip
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from training import benchmarks, fp8
 from training.common.config import ConfigError, RunSettings, var
-from training.llama.model import PRESETS, LlamaShape
+from training.llama.model import ATTENTIONS, PRESETS, LlamaShape
 from training.llama.parallel import Parallelism, feature_problems, layout
 
 BENCHMARK = benchmarks.BENCHMARKS["llama31_8b"]
@@ -35,8 +35,6 @@ WEIGHT_DECAY = 0.1
 GRAD_CLIP_NORM = 1.0
 END_LR_FACTOR = 0.1
 LR_SCHEDULE = "cosine with linear warmup"
-
-ATTENTIONS = ("auto", "sdpa", "flash_attn")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +118,7 @@ class LlamaPretrainConfig(RunSettings):
         help="forward+backward passes on random tokens before run_start (compiles; no weight update)",
         bounds=">= 0",
     )
-    attention: str = var("ATTENTION", "auto", help="auto | sdpa | flash_attn")
+    attention: str = var("ATTENTION", "auto", help=" | ".join(ATTENTIONS))
     num_workers: int = var("NUM_WORKERS", 2, help="training data loader processes per rank", bounds=">= 0")
 
     def __post_init__(self):

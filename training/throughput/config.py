@@ -22,7 +22,7 @@ from pathlib import Path
 
 from training.common.config import ConfigError
 from training.fp8 import BACKENDS as FP8_BACKENDS
-from training.llama.model import LlamaShape, RopeScaling
+from training.llama.model import ATTENTIONS, LlamaShape, RopeScaling
 
 MODEL_TYPES = ("llama", "mistral", "flux")
 # AMD's keys -> LlamaShape's fields (pytorch-training-benchmark: LLaMAConfig, MistralConfig)
@@ -142,6 +142,7 @@ class RunArgs:
     activation_checkpointing: bool = False
     reduce_each_iteration: bool = True  # FSDP2 reduce-scatters after every iteration, not once per step
     fp8_backend: str = "auto"
+    attention: str = "auto"
     num_layers: int | None = None  # fewer blocks at full width: a multi-GPU model on one GPU
     json: Path | None = None  # write the result here (rank 0)
 
@@ -234,6 +235,9 @@ def parser() -> argparse.ArgumentParser:
     flag("fp8_backend", choices=FP8_BACKENDS, default="auto",
          help="auto: Transformer Engine where importable, else ours (native) on NVIDIA GPUs and the CPU, "
               "torchao on MI300-class GPUs")  # fmt: skip
+    flag("attention", choices=ATTENTIONS, default="auto",
+         help="the Llama models' attention kernel: auto (see the README), sdpa, flash_attn "
+              "(FlashAttention-2), flash4 (FlashAttention-4)")  # fmt: skip
     flag("num_layers", type=_positive("--num_layers"), default=None,
          help="fewer blocks at the config's width (a multi-GPU model on fewer GPUs; FLUX: double blocks, "
               "single ones twice as many)")  # fmt: skip

@@ -38,6 +38,8 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
         return backend
     if backend == "flash_attn":
         how = "flash-attn"
+    elif backend == "flash4":
+        how = "FlashAttention-4 (flash-attn-4)"
     elif backend == "cudnn":
         how = "cuDNN's banded SDPA (nvidia-cudnn-frontend)"
     elif device.type == "cuda" and TORCH_WINDOW_ATTENTION is not None:
@@ -50,7 +52,7 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
 def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int) -> Workload:
     shape = spec.shape
     on_gpu = device.type == "cuda"
-    attention = choose_attention("auto", device, shape.sliding_window)
+    attention = choose_attention(args.attention, device, shape.sliding_window)
     with torch.device("meta" if on_gpu else device):  # on GPUs each rank allocates its shards only
         model = Llama(shape, attention)
     if not on_gpu:
