@@ -217,6 +217,7 @@ def flash4_rows(results, q, k, v, grad, ref, useful, name, window=None) -> None:
     """FlashAttention-4 (`training.llama.flash4`, backend `flash4`) on the same (batch, heads, seq, dim)
     tensors, as the model calls it: (batch, seq, heads, dim) contiguous, the custom ops eager."""
     from training.llama.flash4 import flash4_attention, flash4_fault
+    from training.llama.model import windowed_attention
 
     fault = flash4_fault(q.device)
     print(f"FlashAttention-4: {fault or 'runs and matches SDPA (flash4_fault)'}")
@@ -224,11 +225,23 @@ def flash4_rows(results, q, k, v, grad, ref, useful, name, window=None) -> None:
         return
     qs, ks, vs = (t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
     g = grad.transpose(1, 2).contiguous()
-    try:
-        with torch.no_grad():
-            out = flash4_attention(qs, ks, vs, window=window).transpose(1, 2).float()
-        print(f"{name} FlashAttention-4 vs reference: relative difference "
-              f"{float((out - ref).norm() / ref.norm()):.2e}")  # fmt: skip
+    try:  # the output, and the gradients against the same kernel as `ref` (SDPA's, or the band mask's)
+        out = flash4_attention(qs, ks, vs, window=window)
+        out.backward(g)
+        ours = [out.transpose(1, 2), *(t.grad.transpose(1, 2) for t in (qs, ks, vs))]
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        if window:
+            want = windowed_attention(*(t.transpose(1, 2) for t in leaves), window, "band_mask")
+            want = want.transpose(1, 2)
+        else:
+            want = F.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True)
+        want.backward(grad)
+        diffs = [float((a.float() - b.float()).norm() / b.float().norm())
+                 for a, b in zip(ours, [ref, *(t.grad for t in leaves)])]  # fmt: skip
+        print(f"{name} FlashAttention-4 vs reference: relative difference output {diffs[0]:.2e}, "
+              f"dq {diffs[1]:.2e}, dk {diffs[2]:.2e}, dv {diffs[3]:.2e}")  # fmt: skip
+        for t in (qs, ks, vs):
+            t.grad = None
     except Exception as err:  # noqa: BLE001 - reported in the table below
         print(f"{name} FlashAttention-4: {type(err).__name__}: {str(err)[:200]}")
     timed(results, "FlashAttention-4 (flash-attn-4, backend flash4)",

@@ -137,3 +137,17 @@ def test_flash4_is_refused_by_name_where_it_cannot_run():
     with pytest.raises(ValueError, match="ATTENTION=flash4 .*not an NVIDIA GPU"):
         choose_attention("flash4", torch.device("cpu"))
     assert choose_attention("auto", torch.device("cpu")) == "sdpa"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention-4 needs a GPU")
+def test_flash4_matches_sdpa_on_the_gpu_and_is_what_auto_picks():
+    """Where flash-attn-4 is installed on an NVIDIA Hopper or Blackwell GPU, its kernels match SDPA (causal,
+    packed, windowed; forward and backward: `flash4_fault`) and `auto` picks them."""
+    from training.common.backends import importable
+
+    device = torch.device("cuda")
+    if not importable("flash_attn.cute") or torch.cuda.get_device_capability()[0] not in (9, 10):
+        pytest.skip("flash-attn-4 is not installed, or not a Hopper or Blackwell GPU")
+    assert flash4.flash4_fault(device) == ""
+    assert choose_attention("auto", device) == "flash4"
+    assert choose_attention("auto", device, window=4096) == "flash4"

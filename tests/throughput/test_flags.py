@@ -27,6 +27,8 @@ def test_the_seeds_commands_parse():
     assert model_for(a).shape.max_seq_length == 2048
     assert a.reduce_each_iteration  # as AMD's FSDP1
     assert not parse_args([LLAMA, "llama", "--reduce_each_iteration", "False"]).reduce_each_iteration
+    assert a.attention == "auto"
+    assert parse_args([LLAMA, "llama", "--attention", "flash4"]).attention == "flash4"
     flux = parse_args([str(CONFIGS / "flux.1-dev.json"), "flux"])
     assert (flux.num_iteration, flux.grad_accum) == (20, 1)
 
@@ -44,6 +46,7 @@ def test_the_seeds_commands_parse():
         (["--num_iteration", "12"], "--num_iteration 12 is not a multiple of --grad_accum 8"),
         (["--num_iteration", "8"], "a measurement needs 2"),
         (["--fp8_backend", "cuda"], "argument --fp8_backend/--fp8-backend: invalid choice: 'cuda'"),
+        (["--attention", "flash5"], "argument --attention/--attention: invalid choice: 'flash5'"),
     ],
 )
 def test_bad_flags_are_named(argv, message):

@@ -116,4 +116,4 @@ def test_cudnns_banded_kernel_matches_the_band_mask_on_the_gpu():
         pytest.skip("nvidia-cudnn-frontend is not installed, or not an NVIDIA GPU")
     device = torch.device("cuda")
     assert cudnn_window_fault(device) == ""
-    assert choose_attention("auto", device, window=4096) in ("cudnn", "flash_attn")
+    assert choose_attention("auto", device, window=4096) in ("cudnn", "flash_attn", "flash4")

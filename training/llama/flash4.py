@@ -108,10 +108,10 @@ def flash4_fault(device: torch.device) -> str:
     """Why FlashAttention-4 cannot run here, or "" (see the module's docstring)."""
     if device.type != "cuda" or not torch.version.cuda:
         return "not an NVIDIA GPU"
-    if torch.cuda.get_device_capability(device)[0] not in (9, 10):
-        return f"compute capability {torch.cuda.get_device_capability(device)} (FlashAttention-4: 9.x, 10.x)"
     if not importable("flash_attn.cute"):
         return "flash-attn-4 is not installed"
+    if torch.cuda.get_device_capability(device)[0] not in (9, 10):
+        return f"compute capability {torch.cuda.get_device_capability(device)} (FlashAttention-4: 9.x, 10.x)"
     try:
         generator = torch.Generator(device=device).manual_seed(0)
         shapes = [(1, 384, 4, 128), (1, 384, 2, 128), (1, 384, 2, 128)]  # the models' head size

@@ -11,6 +11,7 @@ import contextlib
 
 import torch
 
+from training.common.config import ConfigError
 from training.fp8 import Fp8Settings, MlpLayout, choose_backend, reset_after_materialize
 from training.llama import optim, parallel
 from training.llama.model import (
@@ -52,7 +53,10 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
 def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int) -> Workload:
     shape = spec.shape
     on_gpu = device.type == "cuda"
-    attention = choose_attention(args.attention, device, shape.sliding_window)
+    try:
+        attention = choose_attention(args.attention, device, shape.sliding_window)
+    except ValueError as err:  # the kernel asked for cannot run here
+        raise ConfigError(f"--attention {args.attention}: {err}") from None
     with torch.device("meta" if on_gpu else device):  # on GPUs each rank allocates its shards only
         model = Llama(shape, attention)
     if not on_gpu:
