@@ -427,7 +427,9 @@ def init_weights(module: nn.Module, shape: LlamaShape) -> None:
             nn.init.normal_(param, mean=0.0, std=shape.init_std)
 
 
-ATTENTIONS = ("auto", "sdpa", "flash_attn", "flash4")  # what a user may ask for (ATTENTION, --attention)
+# What a user may ask for (ATTENTION, --attention). `cudnn`: cuDNN's banded SDPA for a window; without one,
+# SDPA (whose own choice on Hopper is cuDNN's kernel).
+ATTENTIONS = ("auto", "sdpa", "cudnn", "flash_attn", "flash4")
 
 
 def choose_attention(requested: str, device: torch.device, window: int | None = None) -> str:
@@ -445,6 +447,8 @@ def choose_attention(requested: str, device: torch.device, window: int | None = 
         return "sdpa"
     if requested == "flash_attn" and not (device.type == "cuda" and importable(OPTIONAL["flash_attn"])):
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
+    if requested == "cudnn" and window is not None and (fault := cudnn_window_fault(device)):
+        raise ValueError(f"ATTENTION=cudnn: cuDNN's banded SDPA cannot run here: {fault}")
     if requested == "flash4" and (fault := flash4_fault(device)):
         raise ValueError(f"ATTENTION=flash4 (FlashAttention-4) cannot run here: {fault}")
     return requested

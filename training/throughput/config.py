@@ -236,8 +236,8 @@ def parser() -> argparse.ArgumentParser:
          help="auto: Transformer Engine where importable, else ours (native) on NVIDIA GPUs and the CPU, "
               "torchao on MI300-class GPUs")  # fmt: skip
     flag("attention", choices=ATTENTIONS, default="auto",
-         help="the Llama models' attention kernel: auto (see the README), sdpa, flash_attn "
-              "(FlashAttention-2), flash4 (FlashAttention-4)")  # fmt: skip
+         help="the Llama models' attention kernel: auto (see the README), sdpa, cudnn (cuDNN's banded "
+              "SDPA for a window), flash_attn (FlashAttention-2), flash4 (FlashAttention-4)")  # fmt: skip
     flag("num_layers", type=_positive("--num_layers"), default=None,
          help="fewer blocks at the config's width (a multi-GPU model on fewer GPUs; FLUX: double blocks, "
               "single ones twice as many)")  # fmt: skip
