@@ -83,17 +83,31 @@ def test_the_gpu_kernel_matches_the_band_mask():
         torch.testing.assert_close(g.grad.float().cpu(), c.grad, rtol=5e-2, atol=5e-2)
 
 
-def test_cudnns_banded_kernel_is_chosen_only_on_an_nvidia_gpu_where_it_matches(monkeypatch):
+@pytest.fixture
+def fresh_faults():
+    """The kernels' cached checks forgotten before and after (a test that patches what they see)."""
+    from training.llama.flash4 import flash4_fault
+
+    for check in (cudnn_window_fault, flash4_fault):
+        check.cache_clear()
+    yield
+    for check in (cudnn_window_fault, flash4_fault):
+        check.cache_clear()
+
+
+def test_cudnns_banded_kernel_is_chosen_only_on_an_nvidia_gpu_where_it_matches(monkeypatch, fresh_faults):
     cpu = torch.device("cpu")
     assert cudnn_window_fault(cpu) == "not an NVIDIA GPU"
     assert choose_attention("auto", cpu, window=4096) == "sdpa"
     # an NVIDIA GPU without the package: the reason is named, and the suite's summary line says it
+    import training.llama.flash4 as flash4_module
     import training.llama.model as model_module
     import training.throughput.llm as llm
 
     cudnn_window_fault.cache_clear()
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    monkeypatch.setattr(model_module, "importable", lambda name: False)
+    for module in (model_module, flash4_module):  # neither cuDNN's frontend nor flash-attn(-4) installed
+        monkeypatch.setattr(module, "importable", lambda name: False)
     monkeypatch.setattr(llm, "TORCH_WINDOW_ATTENTION", object())
     gpu = torch.device("cuda")
     assert cudnn_window_fault(gpu) == "nvidia-cudnn-frontend is not installed"
@@ -103,7 +117,6 @@ def test_cudnns_banded_kernel_is_chosen_only_on_an_nvidia_gpu_where_it_matches(m
         "not cuDNN's: nvidia-cudnn-frontend is not installed)"
     )
     assert "cuDNN's banded SDPA" in llm.describe_attention("cudnn", 4096, gpu)
-    cudnn_window_fault.cache_clear()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN needs a GPU")
