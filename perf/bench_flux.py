@@ -1,0 +1,74 @@
+"""Where FLUX.1-dev's training step goes, on this machine's GPUs, as the throughput suite builds and runs it
+(`training.throughput.flux`: diffusers' transformer, FSDP2 over the ranks, compiled blocks, AdamW).
+
+    torchrun --nproc_per_node=4 perf/bench_flux.py [--layers N] [--batch 3] [--steps 4] [--profile 30]
+
+Prints, on rank 0: CUDA-event medians per step, the CPU's time to issue each step (near the step's own time,
+the GPU waits on the CPU), images/s and TFLOP/s per GPU (`flops.flux`), the peak memory, and with
+`--profile N` the top N GPU kernels per step (communication kernels included: they overlap compute, so the
+kernels' sum can exceed the step). `--layers N`: N double and 2N single blocks (default: the full 19 / 38).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from perf.bench_llama import time_steps  # noqa: E402
+from training.llama import parallel  # noqa: E402
+from training.throughput import flux  # noqa: E402
+from training.throughput.config import RunArgs, model_for  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "throughput" / "flux.1-dev.json"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=3, help="images per GPU per step")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels")
+    ap.add_argument("--no-compile", dest="compile", action="store_false")
+    args = ap.parse_args()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    world = dist.get_world_size()
+    run = RunArgs(CONFIG, "flux", batch_size=args.batch, grad_accum=1, num_layers=args.layers,
+                  enable_compile=args.compile)  # fmt: skip
+    spec = model_for(run)
+    workload = flux.build(spec, run, device, parallel.build_mesh("cuda", world, 1), world)
+    step = workload.make_step(args.batch, 1)
+    host: list[float] = []
+    times = time_steps(step, args.warmup, args.steps, device, host)
+    ms = statistics.median(times)
+    images = args.batch / ms * 1e3
+    say = print if dist.get_rank() == 0 else (lambda *a, **k: None)
+    gpu = torch.cuda.get_device_name(device)
+    say(f"{gpu} x {world}, {workload.blocks} blocks, batch {args.batch} per GPU")
+    say(f"  {ms:.1f} ms/step (CUDA events; steps {', '.join(f'{t:.0f}' for t in times)}), CPU issue "
+        f"{statistics.median(host):.1f} ms/step")  # fmt: skip
+    tflops = images * workload.flops_per_item["ours"] / 1e12
+    say(f"  {images:.2f} images/s/GPU, {tflops:.1f} TFLOP/s/GPU, peak "
+        f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")  # fmt: skip
+    if args.profile and dist.get_rank() == 0:
+        from perf.bench_bert import print_profile
+
+        print_profile(step, steps=2, top=args.profile)
+    elif args.profile:
+        for _ in range(2):  # the other ranks run the same steps (collectives)
+            step()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
