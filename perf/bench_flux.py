@@ -6,7 +6,8 @@
 Prints, on rank 0: CUDA-event medians per step, the CPU's time to issue each step (near the step's own time,
 the GPU waits on the CPU), images/s and TFLOP/s per GPU (`flops.flux`), the peak memory, and with
 `--profile N` the top N GPU kernels per step (communication kernels included: they overlap compute, so the
-kernels' sum can exceed the step). `--layers N`: N double and 2N single blocks (default: the full 19 / 38).
+kernels' sum can exceed the step), with `--cpu-profile N` the top N operators by CPU time over 2 steps.
+`--layers N`: N double and 2N single blocks (default: the full 19 / 38).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels")
+    ap.add_argument("--cpu-profile", type=int, default=0, help="print this many top CPU ops (self time)")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     args = ap.parse_args()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -66,6 +68,17 @@ def main() -> int:
     elif args.profile:
         for _ in range(2):  # the other ranks run the same steps (collectives)
             step()
+    if args.cpu_profile:
+        activity = [torch.profiler.ProfilerActivity.CPU] if dist.get_rank() == 0 else []
+        with torch.profiler.profile(activities=activity) as prof:
+            for _ in range(2):
+                step()
+            torch.cuda.synchronize()
+        say(
+            prof.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=args.cpu_profile, max_name_column_width=70
+            )
+        )
     dist.destroy_process_group()
     return 0
 
