@@ -8,7 +8,15 @@
 `python train_fsdp.py --help` (or `--suite --help`) lists the flags; training/throughput/README.md says more.
 """
 
+import os
 import sys
+
+# The CUDA caching allocator's expandable segments, unless PYTORCH_(CUDA_)ALLOC_CONF is set: near the memory's
+# limit the default allocator gave memory back to the driver and asked for it again every step (cudaFree
+# synchronizes the GPU): FLUX.1 at its auto batch on 4 x H100 ran 2.0x slower (perf/RESULTS.md). Set here,
+# before torch starts; the suite's rows inherit it.
+if not (os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")):
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--suite"]:

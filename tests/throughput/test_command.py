@@ -22,11 +22,13 @@ QUICK = ["--num_iteration", "4", "--grad_accum", "2", "--enable_compile", "False
 
 
 def env() -> dict[str, str]:
-    """No inherited torchrun variables, one CPU thread per process."""
+    """No inherited torchrun or allocator variables, one CPU thread per process."""
     keep = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_"))
+        if not k.startswith(
+            ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC")
+        )
     }
     return {**keep, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
 
@@ -56,6 +58,9 @@ def test_llama_with_fp8_on_two_processes(tmp_path):
     assert result["tokens_per_s_per_gpu"] == pytest.approx(result["sequences_per_s_per_gpu"] * 64)
     assert result["tflops_per_gpu"]["amd"] > result["tflops_per_gpu"]["ours"] > 0
     assert result["backends"]["data_parallel"].startswith("FSDP2 over 2 ranks")
+    assert (
+        result["backends"]["allocator"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    )  # the default
     assert result["published"]["row"] is None  # no published figure for a tiny model
     assert "TFLOP/s/GPU (AMD's: 6 x matrices" in proc.stdout
 

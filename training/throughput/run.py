@@ -12,6 +12,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -191,6 +192,9 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
     say(f"{spec.name} ({spec.path}, {spec.model_type}): {world} x {gpu}, {seq}batch {batch} "
         f"per GPU, {args.grad_accum} iteration(s) per optimizer step, {args.steps} steps "
         f"({args.warmup_steps} to warm up)", flush=True)  # fmt: skip
+    conf = [f"{k}={os.environ[k]}" for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+            if k in os.environ]  # fmt: skip
+    workload.backends["allocator"] = ", ".join(conf) or "PyTorch's default"
     for key, value in {**workload.backends, **({"batch_size": sizing} if sizing else {})}.items():
         say(f"  {key}: {value}")
     if device.type == "cuda":
