@@ -133,3 +133,24 @@ def test_help_lists_the_flags():
         proc = subprocess.run([sys.executable, str(ROOT / "train_fsdp.py"), *argv], capture_output=True,
                               text=True, env=env(), cwd=ROOT, timeout=120)  # fmt: skip
         assert proc.returncode == 0 and flag in proc.stdout, proc.stderr
+
+
+def test_a_row_stopped_mid_run_keeps_what_it_printed(tmp_path):
+    """The suite writes each row's log line by line: a row still running (or killed) has its lines on disk."""
+    import time
+
+    log, ready = tmp_path / "row.log", tmp_path / "ready"
+    row = [sys.executable, "-c", "print('step 1/8 loss 9.1', flush=True); import time; time.sleep(60)"]
+    runner = (f"import pathlib; from training.throughput.suite import run_row; "
+              f"pathlib.Path({str(ready)!r}).touch(); "
+              f"run_row({row!r}, pathlib.Path({str(log)!r}))")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", runner], env=env(), cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (log.exists() and "step 1/8" in log.read_text()):
+            time.sleep(0.2)
+        assert ready.exists() and "step 1/8 loss 9.1" in log.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "step 1/8 loss 9.1" in log.read_text()

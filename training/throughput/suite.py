@@ -55,13 +55,14 @@ def command(row: published.Row, args, nproc: int, out: Path) -> list[str]:
 
 
 def run_row(cmd: list[str], log: Path) -> int:
-    """Run one row, its output shown and written to `log`."""
+    """Run one row, its output shown and written to `log` line by line (a row stopped mid-run keeps it)."""
     with (
-        log.open("w") as sink,
+        log.open("w", buffering=1) as sink,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT) as proc,
     ):
         for line in proc.stdout:
             sys.stdout.write(line)
+            sys.stdout.flush()
             sink.write(line)
         return proc.wait()
 
