@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,13 +145,14 @@ def test_a_row_stopped_mid_run_keeps_what_it_printed(tmp_path):
     runner = (f"import pathlib; from training.throughput.suite import run_row; "
               f"pathlib.Path({str(ready)!r}).touch(); "
               f"run_row({row!r}, pathlib.Path({str(log)!r}))")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", runner], env=env(), cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", runner], env=env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (log.exists() and "step 1/8" in log.read_text()):
             time.sleep(0.2)
         assert ready.exists() and "step 1/8 loss 9.1" in log.read_text()
-    finally:
-        proc.kill()
+    finally:  # the runner and its row, as a signal to the suite's process group would
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert "step 1/8 loss 9.1" in log.read_text()
