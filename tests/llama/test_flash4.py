@@ -6,6 +6,7 @@ kernels are checked against SDPA on the GPU by `flash4_fault`, which `choose_att
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -151,3 +152,13 @@ def test_flash4_matches_sdpa_on_the_gpu_and_is_what_auto_picks():
     assert flash4.flash4_fault(device) == ""
     assert choose_attention("auto", device) == "flash4"
     assert choose_attention("auto", device, window=4096) == "flash4"
+
+
+def test_the_kernel_check_passes_a_match_and_names_what_is_off():
+    generator = torch.Generator().manual_seed(0)
+    exact = [torch.randn(1, 64, heads, 16, generator=generator) for heads in (4, 2, 2)]
+    assert flash4.kernel_fault(flash4.reference, flash4.reference, exact, generator, "SDPA's") == ""
+    windowed = functools.partial(flash4.reference, window=8)  # a kernel that masks too much
+    assert flash4.kernel_fault(windowed, flash4.reference, exact, generator, "SDPA's").startswith(
+        "its output is off SDPA's by "
+    )
