@@ -51,6 +51,20 @@ def choose_precision(requested: str) -> str:
     return requested
 
 
+def _version(name: str, module: str) -> str:
+    """The installed distribution's version first: flash-attn and flash-attn-4 share the `flash_attn` package
+    (whose `__version__` is flash-attn's), and the `megatron` namespace package has none; else the module's
+    `__version__`, else "unknown"."""
+    try:
+        return importlib.metadata.version(name.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return importlib.import_module(module.split(".")[0]).__version__
+    except (ImportError, AttributeError):
+        return "unknown"
+
+
 def versions() -> dict[str, str]:
     """Versions worth recording with every run."""
     out = {"python": platform.python_version(), "torch": torch.__version__}
@@ -60,13 +74,7 @@ def versions() -> dict[str, str]:
         out["hip"] = torch.version.hip
     for name, module in OPTIONAL.items():
         if importable(module):
-            try:
-                out[name] = importlib.import_module(module.split(".")[0]).__version__
-            except (ImportError, AttributeError):
-                try:  # e.g. megatron-core: the `megatron` namespace package has no __version__
-                    out[name] = importlib.metadata.version(name.replace("_", "-"))
-                except importlib.metadata.PackageNotFoundError:
-                    out[name] = "unknown"
+            out[name] = _version(name, module)
     from importlib.metadata import version
 
     out["mlperf_logging"] = version("mlperf-logging")

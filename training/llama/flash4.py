@@ -23,9 +23,13 @@ import torch.nn.functional as F
 from training.common.backends import importable
 
 
-def _window(window: int) -> tuple[int | None, int | None]:
-    """Our window (the keys a query sees, itself included; 0: none) as the kernels' (left, right)."""
-    return (window - 1, 0) if window > 0 else (None, None)
+def _kernel_args(cu_seqlens: torch.Tensor | None, max_seqlen: int, window: int) -> dict:
+    """The kernels' causal, packed and window arguments; our window is the keys a query sees, itself
+    included (0: none), theirs (left, right)."""
+    left, right = (window - 1, 0) if window > 0 else (None, None)
+    longest = max_seqlen if cu_seqlens is not None else None
+    return dict(causal=True, window_size_left=left, window_size_right=right, cu_seqlens_q=cu_seqlens,
+                cu_seqlens_k=cu_seqlens, max_seqlen_q=longest, max_seqlen_k=longest)  # fmt: skip
 
 
 @torch.library.custom_op("mlperf_llama::flash4_fwd", mutates_args=())
@@ -39,13 +43,7 @@ def flash4_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     from flash_attn.cute.interface import _flash_attn_fwd
 
-    left, right = _window(window)
-    out, lse, *_ = _flash_attn_fwd(
-        q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
-        max_seqlen_q=max_seqlen if cu_seqlens is not None else None,
-        max_seqlen_k=max_seqlen if cu_seqlens is not None else None,
-        causal=True, window_size_left=left, window_size_right=right, return_lse=True,
-    )  # fmt: skip
+    out, lse, *_ = _flash_attn_fwd(q, k, v, **_kernel_args(cu_seqlens, max_seqlen, window), return_lse=True)
     return out, lse
 
 
@@ -63,13 +61,8 @@ def flash4_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     from flash_attn.cute.interface import _flash_attn_bwd
 
-    left, right = _window(window)
-    dq, dk, dv = _flash_attn_bwd(
-        q, k, v, out, dout.contiguous(), lse, causal=True, window_size_left=left, window_size_right=right,
-        cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
-        max_seqlen_q=max_seqlen if cu_seqlens is not None else None,
-        max_seqlen_k=max_seqlen if cu_seqlens is not None else None,
-    )  # fmt: skip
+    args = _kernel_args(cu_seqlens, max_seqlen, window)
+    dq, dk, dv = _flash_attn_bwd(q, k, v, out, dout.contiguous(), lse, **args)  # (no sink: three gradients)
     return dq, dk, dv
 
 

@@ -44,7 +44,9 @@ def report() -> list[tuple[str, str]]:
     from training.llama.model import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    packed = "PyTorch's varlen flash kernel" if torch.version.cuda and device.type == "cuda" else (
+    attention = choose_attention("auto", device)
+    packed = {"flash4": "FlashAttention-4's varlen kernel", "flash_attn": "flash-attn's varlen kernel"}.get(
+        attention, "PyTorch's varlen flash kernel" if torch.version.cuda and device.type == "cuda" else
         "one SDPA call per sequence")  # fmt: skip
-    return [("attention (auto)", choose_attention("auto", device)), ("packed rows", packed),
+    return [("attention (auto)", attention), ("packed rows", packed),
             ("fp8 backend (auto)", fp8_backend_auto())]  # fmt: skip
