@@ -24,7 +24,8 @@ peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
 Triton), `-ckptinside` FP8 blocks compiled together with their checkpoint, as BF16 blocks (by default FP8
 blocks compile inside an eager checkpoint: `parallel.apply_compile`), `-keepattn` (with `-ac`) the recompute
-skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4). Ours also
+skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4),
+`-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel (LORA_KERNEL=pytorch). Ours also
 reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its backward.
 `--profile N` prints each variant's top N GPU kernels per step.
 
@@ -85,7 +86,8 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
            "FP8_WEIGHTS": str(int("fp8w" in modes)),
            "AC_KEEP_ATTENTION": str(int("keepattn" in modes)),
            "ATTENTION": "flash4" if "flash4" in modes else "auto",
-           "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto"}  # fmt: skip
+           "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto",
+           "LORA_KERNEL": "pytorch" if "torchdropout" in modes else "auto"}  # fmt: skip
     if ac and ac[0] != "ac":
         env["ACL"] = ac[0][2:]
     if device.type != "cuda":
@@ -122,7 +124,7 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
 
     adapters = sum(p.numel() for p in step.params)
     return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "model": model,
-                 "ac": applied["activation_checkpointing"], "optimizer": impl,
+                 "ac": applied["activation_checkpointing"], "optimizer": impl, "lora": applied["lora"],
                  "data_parallel": applied["data_parallel"]}  # fmt: skip
 
 

@@ -104,6 +104,7 @@ def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
         ({"FP8_WEIGHTS": "1"}, "FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native"),
         ({"WEIGHT_DECAY": "-1"}, "WEIGHT_DECAY=-1.0 must be >= 0"),
         ({"INIT_CHECKPOINT": "latest"}, "INIT_CHECKPOINT='latest' is not one of model, none"),
+        ({"LORA_KERNEL": "fused"}, "LORA_KERNEL='fused' is not one of auto, pytorch"),
     ],
 )
 def test_config_errors_name_the_variable(env, needle):

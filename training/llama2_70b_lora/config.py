@@ -20,6 +20,7 @@ from training import benchmarks
 from training.common.config import ConfigError, RunSettings, var
 from training.llama.model import ATTENTIONS
 from training.llama.parallel import Parallelism, feature_problems, layout
+from training.lora.fused import KERNEL_CHOICES
 
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
 ADAMW_BETAS = (0.9, 0.999)
@@ -62,6 +63,9 @@ class LoraConfig(RunSettings):
     lora_rank: int = var("LORA_DIM", 16, aliases=("LORA_RANK",), bounds="> 0")
     lora_alpha: float = var("LORA_ALPHA", 32.0, bounds="> 0")
     lora_dropout: float = var("LORA_DROPOUT", 0.1, bounds="[0, 1)")
+    lora_kernel: str = var(
+        "LORA_KERNEL", "auto", help="auto (GPUs: dropout and A in one checked Triton kernel) | pytorch"
+    )
     weight_decay: float = var("WEIGHT_DECAY", 1e-4, bounds=">= 0")
     clip_norm: float = var("GRADIENT_CLIP_VAL", 0.3, help="gradient clipping by global norm", bounds="> 0")
     seq_length: int = var(
@@ -122,7 +126,8 @@ class LoraConfig(RunSettings):
         if self.init_checkpoint not in ("model", "none"):
             problems.append(f"INIT_CHECKPOINT={self.init_checkpoint!r} is not one of model, none")
         for name, value, choices in (("ATTENTION", self.attention, ATTENTIONS),
-                                     ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch"))):  # fmt: skip
+                                     ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch")),
+                                     ("LORA_KERNEL", self.lora_kernel, KERNEL_CHOICES)):  # fmt: skip
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
         problems += feature_problems(1, 1, 1, self.fp8_backend if self.fp8 else None, self.compile,

@@ -15,6 +15,7 @@ from training.llama.checkpoint import load_hf_checkpoint, shape_from_hf_config
 from training.llama.model import MLP, PRESETS, Llama, LlamaShape, choose_attention, init_weights
 from training.llama2_70b_lora.config import LoraConfig
 from training.lora import LoraSettings, reset_lora
+from training.lora.fused import choose_kernel
 
 
 def model_shape(cfg: LoraConfig) -> LlamaShape:
@@ -45,12 +46,13 @@ def build_model(
     """(model, FP8 hooks, what each feature did). Built on the meta device, the frozen base in the compute
     dtype (bf16 on GPUs: nothing updates it, so no float32 master copy), the adapters in float32."""
     shape = model_shape(cfg)
+    kernel, kernel_chosen = choose_kernel(cfg.lora_kernel, device)
     base_dtype = torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32
     with torch.device("meta"):
         model = Llama(shape, choose_attention(cfg.attention, device)).to(base_dtype)
     features = parallel.Features(
         fp8=fp8_settings(cfg, par),
-        lora=LoraSettings(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout),
+        lora=LoraSettings(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, kernel),
         activation_checkpointing=cfg.activation_checkpointing,
         checkpoint_layers=cfg.checkpoint_layers,
         keep_attention=cfg.keep_attention,
@@ -59,6 +61,7 @@ def build_model(
         reshard_after_forward=cfg.reshard_after_forward,
     )
     fp8, applied = parallel.apply_features(model, mesh, features)
+    applied["lora"] += f"; dropout and A: {kernel_chosen}"
     folder = cfg.paths()["model"] if cfg.init_checkpoint == "model" else None
     if cfg.fp8_weights:  # one block at a time, each stored in FP8 before the next: never the bf16 model
         if mesh is not None:

@@ -25,12 +25,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from training.lora import fused
+
 
 @dataclass(frozen=True)
 class LoraSettings:
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.1  # on the adapter's input, before A
+    kernel: bool = False  # dropout and A in one Triton kernel on GPUs (`fused.choose_kernel` decides)
 
 
 class LoraAdapter(nn.Module):
@@ -42,6 +45,7 @@ class LoraAdapter(nn.Module):
         self.lora_a = nn.Linear(in_features, settings.rank, bias=False, device=device)
         self.lora_b = nn.Linear(settings.rank, out_features, bias=False, device=device)
         self.scale = settings.alpha / settings.rank
+        self.kernel = settings.kernel
         self.reset_parameters()
 
     @torch.no_grad()
@@ -51,6 +55,9 @@ class LoraAdapter(nn.Module):
         nn.init.zeros_(self.lora_b.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.dropout.p
+        if self.kernel and self.training and p > 0 and fused.fits(x, self.lora_a.out_features):
+            return self.lora_b(fused.lora_down(x, self.lora_a.weight, p)) * self.scale
         return self.lora_b(self.lora_a(self.dropout(x))) * self.scale
 
     def delta_weight(self) -> torch.Tensor:
