@@ -1,16 +1,19 @@
 """One LoRA adapter's forward and backward at the Llama 2 70B width, our Triton dropout-and-A kernel against
 PyTorch's dropout then A, both compiled (what a block runs), and the kernel's check on this GPU.
 
-    python perf/lora_adapter.py [--tokens 8192] [--width 8192] [--out 10240] [--rank 16]
+    python perf/lora_adapter.py [--tokens 8192] [--width 8192] [--out 10240] [--rank 16] [--sweep]
 
 Each row: y = base + (alpha / rank) * B(A(dropout(x))) with x (tokens, width) bf16 and base (tokens, out), the
 frozen projection's output it is added to, then y's sum backward (x's and the adapter's gradients). CUDA-event
-median of 20 runs after 5; the forward alone too.
+median of 20 runs after 5; the forward alone too. `--sweep` first times the kernels alone over their launch
+settings (`training.lora.kernels`: rows per tile, warps, the forward's and the backward's splits) and runs
+the rows with the fastest.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from training.lora import LoraAdapter, LoraSettings, fused  # noqa: E402
+from training.lora import LoraAdapter, LoraSettings, fused, kernels  # noqa: E402
 
 
 def median_ms(fn, warmup: int = 5, runs: int = 20) -> float:
@@ -36,18 +39,46 @@ def median_ms(fn, warmup: int = 5, runs: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def sweep(x: torch.Tensor, rank: int) -> dict:
+    """Each launch setting's forward and backward kernel times; sets the fastest in `kernels`."""
+    a = torch.randn(rank, x.shape[1], device=x.device, dtype=x.dtype) / x.shape[1] ** 0.5
+    g = torch.randn(x.shape[0], rank, device=x.device, dtype=x.dtype)
+    seed = torch.tensor([1], device=x.device)
+    rows = []
+    for bm, warps, fsplit, split in itertools.product((32, 64, 128), (4, 8), (1, 2, 4), (2, 4, 8, 16)):
+        kernels.BM, kernels.WARPS, kernels.FORWARD_SPLIT, kernels.SPLIT = bm, warps, fsplit, split
+        try:
+            fwd = median_ms(lambda: kernels.dropout_down(x, a, seed, 0.1), 3, 10)
+            bwd = median_ms(lambda: kernels.dropout_down_backward(g, x, a, seed, 0.1), 3, 10)
+        except Exception as err:  # a setting Triton cannot compile (shared memory, registers)
+            print(f"  BM {bm} warps {warps}: {type(err).__name__}")
+            continue
+        rows.append(dict(bm=bm, warps=warps, forward_split=fsplit, split=split, fwd=fwd, bwd=bwd))
+    fastest_fwd = min(rows, key=lambda r: r["fwd"])
+    fastest_bwd = min(rows, key=lambda r: r["bwd"])
+    print(f"sweep: forward {fastest_fwd}, backward {fastest_bwd}")
+    for r in sorted(rows, key=lambda r: r["fwd"] + r["bwd"])[:8]:
+        print(f"  {r}")
+    best = min(rows, key=lambda r: r["fwd"] + r["bwd"])
+    kernels.BM, kernels.WARPS = best["bm"], best["warps"]
+    kernels.FORWARD_SPLIT, kernels.SPLIT = best["forward_split"], best["split"]
+    return {"rows": rows, "chosen": best}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--out", type=int, default=10240)
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--sweep", action="store_true", help="time the kernels' launch settings first")
     args = ap.parse_args()
     device = torch.device("cuda")
     fault = fused.dropout_down_fault(device)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel check: {fault or 'passed'}")
     x = torch.randn(args.tokens, args.width, device=device, dtype=torch.bfloat16, requires_grad=True)
     base = torch.randn(args.tokens, args.out, device=device, dtype=torch.bfloat16)
+    swept = sweep(x.detach(), args.rank) if args.sweep else None
     rows = {}
     for name, kernel in (("pytorch", False), ("triton", True)):
         adapter = LoraAdapter(args.width, args.out, LoraSettings(args.rank, 2.0 * args.rank, 0.1, kernel))
@@ -70,7 +101,8 @@ def main() -> int:
     for name, r in rows.items():
         print(f"| {name} | {r['forward_ms']:.3f} | {r['forward_backward_ms']:.3f} |")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "lora_adapter.json").write_text(json.dumps({**vars(args), **rows}, indent=2))
+        results = {**vars(args), **rows, "sweep": swept}
+        Path(os.environ["OUT"], "lora_adapter.json").write_text(json.dumps(results, indent=2))
     return 0 if not fault else 1
 
 

@@ -13,14 +13,18 @@ a multiple of 16 (an assertion in `applyLinearLayout`); the lanes joined into on
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 COLS = 128  # columns per tile: K must be a multiple
-BM = 64  # rows per tile
-SPLIT = 4  # row ranges the backward splits A's gradient over (partial sums, added after)
+BM = 32  # rows per tile
+SPLIT = 16  # row ranges the backward splits A's gradient over (partial sums, added after)
+FORWARD_SPLIT = 4  # column ranges the forward splits the product over (partial sums, added after)
+WARPS = 4  # per program; these four the fastest of `python perf/lora_adapter.py --sweep` on an H100
 
 
 @triton.jit
@@ -40,19 +44,21 @@ def _dropped(x_ptr, rows, in_rows, cols, K, keep):
 
 
 @triton.jit
-def _down_kernel(x_ptr, a_ptr, seed_ptr, out_ptr, M, K, threshold, scale,
+def _down_kernel(x_ptr, a_ptr, seed_ptr, out_ptr, M, K, threshold, scale, tiles_per_split,
                  R: tl.constexpr, BM: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
+    """Row tile, column range `split`: the range's float32 partial of the product."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
+    split = tl.program_id(1)
     in_rows = rows < M
     seed = tl.load(seed_ptr)
     acc = tl.zeros((BM, R), dtype=tl.float32)
-    for j in range(0, K // COLS):
+    for jj in range(0, tiles_per_split):
+        j = split * tiles_per_split + jj
         cols = j * COLS + tl.arange(0, COLS)
         x = _dropped(x_ptr, rows, in_rows, cols, K, _keep(seed, rows, j, K, threshold, COLS))
         a_t = tl.load(a_ptr + tl.arange(0, R)[None, :] * K + cols[:, None])  # (COLS, R): A^T's rows `cols`
         acc = tl.dot(x, a_t, acc)
-    out = (acc * scale).to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + rows * R + tl.arange(0, R)[None, :], out, mask=in_rows)
+    tl.store(out_ptr + split * M * R + rows * R + tl.arange(0, R)[None, :], acc * scale, mask=in_rows)
 
 
 @triton.jit
@@ -86,11 +92,13 @@ def dropout_down(x: torch.Tensor, a: torch.Tensor, seed: torch.Tensor, p: float)
     """dropout(x, p) @ a^T for x (M, K) and a (R, K) of x's dtype, the mask drawn from `seed` (int64, one
     element on x's device): (M, R) in x's dtype, accumulated in float32."""
     m, k = x.shape
-    out = x.new_empty((m, a.shape[0]))
-    wrap_triton(_down_kernel)[(triton.cdiv(m, BM),)](
-        x, a, seed, out, m, k, _threshold(p), 1.0 / (1.0 - p), R=a.shape[0], BM=BM, COLS=COLS
-    )
-    return out
+    splits = math.gcd(FORWARD_SPLIT, k // COLS)
+    partial = torch.empty((splits, m, a.shape[0]), dtype=torch.float32, device=x.device)
+    wrap_triton(_down_kernel)[(triton.cdiv(m, BM), splits)](
+        x, a, seed, partial, m, k, _threshold(p), 1.0 / (1.0 - p), k // COLS // splits,
+        R=a.shape[0], BM=BM, COLS=COLS, num_warps=WARPS,
+    )  # fmt: skip
+    return partial.sum(0).to(x.dtype)
 
 
 @triton_op("mlperf_lora::dropout_down_backward", mutates_args=())
@@ -104,8 +112,9 @@ def dropout_down_backward(
     partial = torch.empty((SPLIT, r, k), dtype=torch.float32, device=x.device)
     tiles = triton.cdiv(triton.cdiv(m, BM), SPLIT)
     wrap_triton(_backward_kernel)[(k // COLS, SPLIT)](
-        g, x, a, seed, dx, partial, m, k, _threshold(p), 1.0 / (1.0 - p), tiles, R=r, BM=BM, COLS=COLS
-    )
+        g, x, a, seed, dx, partial, m, k, _threshold(p), 1.0 / (1.0 - p), tiles,
+        R=r, BM=BM, COLS=COLS, num_warps=WARPS,
+    )  # fmt: skip
     return dx, partial.sum(0)
 
 
