@@ -16,27 +16,21 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from training.lora import LoraAdapter, LoraSettings, fused, kernels  # noqa: E402
+from perf.bench_bert import time_steps  # noqa: E402
+from training.lora import LoraAdapter, LoraSettings, fused  # noqa: E402
+
+kernels = fused.kernels  # None without Triton
 
 
 def median_ms(fn, warmup: int = 5, runs: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return statistics.median(time_steps(fn, warmup, runs))
 
 
 def sweep(x: torch.Tensor, rank: int) -> dict:
@@ -73,6 +67,8 @@ def main() -> int:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--sweep", action="store_true", help="time the kernels' launch settings first")
     args = ap.parse_args()
+    if kernels is None or not torch.cuda.is_available():
+        raise SystemExit("perf/lora_adapter.py needs a GPU and Triton")
     device = torch.device("cuda")
     fault = fused.dropout_down_fault(device)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; kernel check: {fault or 'passed'}")
