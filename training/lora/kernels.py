@@ -126,7 +126,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, g):
     x, a, seed = ctx.saved_tensors
-    dx, da = dropout_down_backward(g.contiguous(), x, a, seed, ctx.p)
+    dx, da = dropout_down_backward(g.to(x.dtype).contiguous(), x, a, seed, ctx.p)
     return dx, da.to(a.dtype), None, None
 
 
