@@ -51,9 +51,10 @@ def sweep(x: torch.Tensor, rank: int) -> dict:
     fastest_fwd = min(rows, key=lambda r: r["fwd"])
     fastest_bwd = min(rows, key=lambda r: r["bwd"])
     print(f"sweep: forward {fastest_fwd}, backward {fastest_bwd}")
-    for r in sorted(rows, key=lambda r: r["fwd"] + r["bwd"])[:8]:
+    ranked = sorted(rows, key=lambda r: r["fwd"] + r["bwd"])
+    for r in ranked[:8]:
         print(f"  {r}")
-    best = min(rows, key=lambda r: r["fwd"] + r["bwd"])
+    best = ranked[0]
     kernels.BM, kernels.WARPS = best["bm"], best["warps"]
     kernels.FORWARD_SPLIT, kernels.SPLIT = best["forward_split"], best["split"]
     return {"rows": rows, "chosen": best}
