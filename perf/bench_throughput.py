@@ -16,7 +16,8 @@ on the same random tokens. Mistral rows give torchtitan its FlexAttention with i
 (4096, as ours); Llama rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full
 width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
 FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
-FlashAttention-4, `--attention flash4`) and `titan`.
+FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
+step, as before AdamW held them in bf16) and `titan`.
 
 A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
 per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
@@ -71,7 +72,8 @@ def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, wor
     backend = "torchao" if variant == "ours-torchao" else "auto"
     attention = "flash4" if variant == "ours-flash4" else "auto"
     run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8, grad_accum=1,
-                  enable_compile=args.compile, fp8_backend=backend, attention=attention)  # fmt: skip
+                  enable_compile=args.compile, fp8_backend=backend, attention=attention,
+                  bf16_weights=variant != "ours-autocast")  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     return workload.make_step(args.mbs, 1), workload.backends
@@ -244,7 +246,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="llama8b-bf16,llama8b-fp8,mistral-bf16", help=", ".join(ROWS))
     ap.add_argument(
-        "--peers", default="ours,titan", help="ours, ours-torchao, ours-flash4, titan (comma-separated)"
+        "--peers",
+        default="ours,titan",
+        help="ours, ours-torchao, ours-flash4, ours-autocast, titan (comma-separated)",
     )
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks at full width, to fit fewer GPUs")
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")

@@ -23,8 +23,8 @@ BLOCK = 4096
 
 @triton.jit
 def _adamw_kernel(
-    p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, n, lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt,
-    SCALED: tl.constexpr, BLOCK: tl.constexpr
+    p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, w_ptr, n, lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt,
+    SCALED: tl.constexpr, COPY: tl.constexpr, BLOCK: tl.constexpr
 ):  # fmt: skip
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -41,16 +41,41 @@ def _adamw_kernel(
     tl.store(p_ptr + offs, p, mask=mask)
     tl.store(m_ptr + offs, m, mask=mask)
     tl.store(v_ptr + offs, v, mask=mask)
+    if COPY:  # the bf16 weights the forward reads (`hold_bf16`)
+        tl.store(w_ptr + offs, p.to(w_ptr.dtype.element_ty), mask=mask)
 
 
 class TritonAdamW(torch.optim.Optimizer):
     """torch.optim.AdamW's update for float32 parameters on a GPU, one Triton launch per parameter. Like
-    torch's fused AdamW (`defaults["fused"]`) it takes the clip's coefficient as `grad_scale`."""
+    torch's fused AdamW (`defaults["fused"]`) it takes the clip's coefficient as `grad_scale`. Parameters
+    handed to `hold_bf16` become bf16 (the forward and backward use them as they are) and their float32
+    values move into the optimizer's state as master weights, which each update writes back in both."""
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
         super().__init__(params, defaults)
         self.grad_scale: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def hold_bf16(self, params: list[torch.nn.Parameter]) -> int:
+        """Keep `params` (float32 plain tensors, not DTensors, of this optimizer's groups) in bf16 for
+        compute, their float32 values as master weights here: on one GPU the forward then casts no weights
+        (autocast casts every matrix each forward, 6 bytes a parameter) and the gradients stay bf16 (no cast
+        to float32 in the backward, 6 bytes more, and half the bytes for the clip's norm and AdamW to read).
+        The bf16 weights are the master's round-to-nearest-even, as autocast's, and a bf16 gradient is the
+        value autocast's cast makes float32 exactly: the update is the same. Gradients must not accumulate
+        over several backwards (they would add in bf16). Returns the parameters' count."""
+        mine = {id(p) for group in self.param_groups for p in group["params"]}
+        count = 0
+        for p in params:
+            plain = local_data(p) is p  # (not a DTensor)
+            if id(p) not in mine or not plain or p.dtype != torch.float32 or p.grad is not None:
+                raise ValueError(f"hold_bf16 takes this optimizer's float32 parameters without gradients "
+                                 f"(got {p.dtype} {tuple(p.shape)})")  # fmt: skip
+            self.state[p]["master"] = p.detach().clone()
+            p.data = p.data.to(torch.bfloat16)
+            count += p.numel()
+        return count
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -60,13 +85,15 @@ class TritonAdamW(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                param, grad, state = local_data(p), local_data(p.grad), self.state[p]
+                state = self.state[p]
+                weights, grad = local_data(p), local_data(p.grad)
+                param = state.get("master", weights)
                 if param.dtype != torch.float32 or not (param.is_contiguous() and grad.is_contiguous()):
                     raise ValueError(
                         f"TritonAdamW takes contiguous float32 parameters and gradients, not {param.dtype} "
                         f"{tuple(param.shape)} (contiguous: {param.is_contiguous()}, {grad.is_contiguous()})"
                     )
-                if not state:
+                if "step" not in state:
                     state["step"] = 0
                     state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
                 state["step"] += 1
@@ -75,30 +102,37 @@ class TritonAdamW(torch.optim.Optimizer):
                 if n == 0:
                     continue
                 _adamw_kernel[(triton.cdiv(n, BLOCK),)](
-                    param, grad, state["exp_avg"], state["exp_avg_sq"], param if scale is None else scale, n,
-                    lr, beta1, beta2, group["eps"], group["weight_decay"], lr / (1 - beta1**step),
-                    math.sqrt(1 - beta2**step), SCALED=scale is not None, BLOCK=BLOCK, num_warps=8,
+                    param, grad, state["exp_avg"], state["exp_avg_sq"], param if scale is None else scale,
+                    weights, n, lr, beta1, beta2, group["eps"], group["weight_decay"], lr / (1 - beta1**step),
+                    math.sqrt(1 - beta2**step), SCALED=scale is not None, COPY=weights is not param,
+                    BLOCK=BLOCK, num_warps=8,
                 )  # fmt: skip
 
 
 def adamw_fault(device: torch.device) -> str:
     """What `TritonAdamW` gets wrong on `device` against torch's fused AdamW ("" if nothing): parameters,
     after 3 steps of tensors of uneven sizes with weight decay and a `grad_scale` in the last step, within
-    1e-5 relative to the largest."""
+    1e-5 relative to the largest; the first tensor held in bf16 (`hold_bf16`, bf16 gradients), whose bf16
+    copy must be its master rounded."""
     gen = torch.Generator(device).manual_seed(0)
     shapes = [(1000, 37), (4096 + 5,), (3, 4096)]
     ours = [torch.randn(s, device=device, generator=gen) for s in shapes]
     ref = [p.clone() for p in ours]
     kwargs = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1)
     optimizers = TritonAdamW(ours, **kwargs), torch.optim.AdamW(ref, fused=True, **kwargs)
+    optimizers[0].hold_bf16(ours[:1])
     for step in range(3):
         grads = [torch.randn(s, device=device, generator=gen) for s in shapes]
+        grads[0] = grads[0].bfloat16()
         for opt, params in zip(optimizers, (ours, ref)):
             for p, g in zip(params, grads):
-                p.grad = g.clone()
+                p.grad = g.to(p.dtype)
             opt.grad_scale = torch.tensor(2.0, device=device) if step == 2 else None
             opt.step()
-    for i, (a, b) in enumerate(zip(ours, ref)):
+    masters = [optimizers[0].state[ours[0]]["master"], *ours[1:]]
+    for i, (a, b) in enumerate(zip(masters, ref)):
         if float((a - b).abs().max()) > 1e-5 * float(b.abs().max()):
             return f"the update of a {tuple(shapes[i])} parameter"
+    if not torch.equal(ours[0], masters[0].bfloat16()):
+        return "the bf16 copy of a master weight"
     return ""

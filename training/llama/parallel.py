@@ -326,8 +326,11 @@ def clip_grad_norm_(
             key = p.grad.device_mesh if isinstance(p.grad, DTensor) else None
             groups.setdefault(key, []).append(p.grad)
     squares = []
-    for grads in groups.values():
-        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    for key, grads in groups.items():
+        if key is None:  # plain tensors: each norm in float32 (torch's rounds a bf16 gradient's to bf16)
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0, dtype=torch.float32)))
+        else:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         squares.append(norm.float() ** 2)

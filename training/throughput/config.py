@@ -141,6 +141,8 @@ class RunArgs:
     enable_compile: bool = True
     activation_checkpointing: bool = False
     reduce_each_iteration: bool = True  # FSDP2 reduce-scatters after every iteration, not once per step
+    # one GPU, BF16, one iteration a step: AdamW keeps the matrices in bf16 (fp32 masters), no autocast casts
+    bf16_weights: bool = True
     fp8_backend: str = "auto"
     attention: str = "auto"
     num_layers: int | None = None  # fewer blocks at full width: a multi-GPU model on one GPU

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch import nn
 
 from training.common.config import ConfigError
 from training.fp8 import Fp8Settings, MlpLayout, choose_backend, reset_after_materialize
@@ -81,10 +82,13 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         reset_after_materialize(model)
     fp8_hooks.weights_changed(model)
     optimizer, impl = optim.build_optimizer(model, LR, BETAS, EPS, WEIGHT_DECAY, fused=on_gpu)
-    # without FSDP (one process) bf16 comes from autocast, as in the Llama trainer
-    autocast = contextlib.nullcontext()
+    # without FSDP (one process) bf16 comes from autocast, as in the Llama trainer; the matrices' weights from
+    # AdamW where it can hold them (`TritonAdamW.hold_bf16`: no casts of weights or gradients in the step)
+    autocast, held = contextlib.nullcontext(), 0
     if on_gpu and applied["data_parallel"] == "off":
         autocast = torch.autocast("cuda", torch.bfloat16)
+        if args.bf16_weights and fp8 is None and args.grad_accum == 1 and hasattr(optimizer, "hold_bf16"):
+            held = optimizer.hold_bf16([m.weight for m in model.modules() if isinstance(m, nn.Linear)])
     step = Step(
         model, optimizer, parallel.Parallelism(world, 1, 1, 1, world, args.grad_accum), device, mesh,
         loss_fn=compiled_cross_entropy if args.enable_compile else cross_entropy,
@@ -104,6 +108,8 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
             for _ in range(2)
         ]
         micro = [(rows[:, :-1], rows[:, 1:]) for rows in pool]
+        if held and accum > 1:  # (bf16 gradients would add up in bf16)
+            raise ValueError(f"bf16 weights held by AdamW take one iteration per step, not {accum}")
 
         def run() -> torch.Tensor:
             loss, _ = train_step(step, [micro[i % 2] for i in range(accum)], LR)
@@ -112,8 +118,9 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         return run
 
     precision = "bf16" if on_gpu else "fp32 (CPU)"
+    how = f" ({held / 1e9:.2f} B matrix weights kept in bf16 by AdamW, autocast for the rest)" if held else ""
     backends = {
-        "precision": f"{precision} compute, fp32 master weights, FP8 {'on' if fp8 else 'off'}",
+        "precision": f"{precision} compute{how}, fp32 master weights, FP8 {'on' if fp8 else 'off'}",
         "attention": describe_attention(attention, shape.sliding_window, device),
         **applied,
         "optimizer": f"AdamW ({impl}), clip {CLIP_NORM}",
