@@ -1,10 +1,13 @@
 """Parts of the training steps on one GPU, each variant against the way the step does it now.
 
-    python perf/parts.py [llama-optim] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast] [fp8-linear] [fp8-mlp]
+    python perf/parts.py [llama-optim] [adamw-sweep] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast]
+        [fp8-linear] [fp8-mlp]
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
 float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
 folded into its `grad_scale` (no separate pass over the gradients); and ours (`fused_adamw.TritonAdamW`).
+adamw-sweep: `TritonAdamW`'s kernel (bf16-held weights) over its launch settings, against `copy_` of as
+many bytes.
 llama-gemm: the block's projections at 8192 tokens, fwd + bwd: q/k/v as three linears vs one fused, gate/up as
 two vs one; bf16 and torchao float8 (tensorwise), compiled.
 llama-ce: final projection to the 128,256-entry vocabulary and float32 cross-entropy, fwd + bwd: eager (what
@@ -102,6 +105,40 @@ def llama_optim() -> None:
         f"Llama 3.1 8B update, one rank of 4: {n / 1e9:.2f}e9 fp32 parameters in {len(params)} tensors",
         results,
     )
+
+
+def adamw_sweep() -> None:
+    """`TritonAdamW`'s kernel over its launch settings, on one rank of 8's shards of Llama 3.1 8B held in
+    bf16 (`hold_bf16`: 28 bytes a parameter, the bf16 gradient read and the bf16 weight written), against
+    `copy_` of as many bytes (each read once and written once)."""
+    import triton
+
+    from training.llama.fused_adamw import _adamw_kernel
+
+    shapes = llama_shards(LlamaShape(), 8)  # 1.0e9 parameters: 44 GB with the copy's buffers
+    masters = [torch.randn(s, device=DEV) * 0.02 for s in shapes]
+    grads, weights = [torch.randn_like(p).to(BF16) for p in masters], [p.to(BF16) for p in masters]
+    moments = [(torch.zeros_like(p), torch.rand_like(p)) for p in masters]
+    n = sum(p.numel() for p in masters)
+    gb = 28 * n / 1e9
+
+    def update(block: int, warps: int) -> None:
+        for p, g, (m, v), w in zip(masters, grads, moments, weights):
+            _adamw_kernel[(triton.cdiv(p.numel(), block),)](
+                p, g, m, v, p, w, p.numel(), 1e-6, 0.9, 0.95, 1e-8, 0.1, 1e-6, 1.0,
+                SCALED=False, COPY=True, BLOCK=block, num_warps=warps,
+            )  # fmt: skip
+
+    results = []
+    for block in (1024, 2048, 4096, 8192):
+        for warps in (4, 8, 16):
+            timed(results, f"BLOCK {block}, {warps} warps", partial(update, block, warps), 0)
+    half = torch.empty(int(gb * 1e9 / 8), device=DEV)  # gb / 2 bytes, read and written
+    other = torch.empty_like(half)
+    timed(results, "copy_ of as many bytes", lambda: other.copy_(half), 0)
+    for name, ms, _ in results:
+        print(f"{name}: {gb / ms:.2f} TB/s")
+    table(f"AdamW update of {n / 1e9:.2f}e9 bf16-held parameters ({gb:.0f} GB a step)", results)
 
 
 class Separate(nn.Module):
@@ -362,6 +399,7 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
 def main() -> int:
     parts = {
         "llama-optim": llama_optim,
+        "adamw-sweep": adamw_sweep,
         "llama-gemm": llama_gemm,
         "llama-ce": llama_ce,
         "bert-gemm": bert_gemm,

@@ -31,21 +31,23 @@ def test_the_clip_norms_bf16_gradients_in_float32():
     assert norm.dtype == torch.float32 and abs(float(norm) - float(exact)) <= 1e-6 * float(exact)
 
 
-def build(bf16_weights: bool, grad_accum: int = 1):
+def build(bf16_weights: bool, grad_accum: int = 1, compile: bool = False):
     shape = LlamaShape(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_heads=4, num_kv_heads=2,
                        vocab_size=1024, max_seq_length=128)  # fmt: skip
     spec = ModelSpec("tiny", "llama", Path("tiny.json"), shape=shape)
-    args = RunArgs(Path("tiny.json"), "llama", batch_size=2, grad_accum=grad_accum, enable_compile=False,
+    args = RunArgs(Path("tiny.json"), "llama", batch_size=2, grad_accum=grad_accum, enable_compile=compile,
                    bf16_weights=bf16_weights)  # fmt: skip
     torch.manual_seed(0)
     return llm.build(spec, args, torch.device("cuda"), None, 1)
 
 
 @GPU
-def test_held_bf16_weights_train_as_autocast_does():
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_held_bf16_weights_train_as_autocast_does(compile):
     runs = {}
     for held in (False, True):
-        workload = build(held)
+        torch._dynamo.reset()
+        workload = build(held, compile=compile)
         step = workload.make_step(2, 1)
         losses = [float(step()) for _ in range(4)]
         runs[held] = workload, losses

@@ -3,8 +3,9 @@ where it matches torch's fused AdamW on the GPU at start, `adamw_fault`).
 
 torch's fused AdamW (`_fused_adamw_`, multi-tensor chunks) moved the 8B's 28 bytes per parameter (read the
 parameter, gradient and both moments, write back three) at 2.9 TB/s on an H200 (4.8 TB/s): 39 ms of a 646 ms
-native FP8 step on 2 GPUs (`perf/RESULTS.md`). One program per 4,096 elements of one tensor, its grid as large
-as the tensor, reads and writes the same bytes. Same update as torch's (decoupled weight decay, bias
+native FP8 step on 2 GPUs (`perf/RESULTS.md`). One program per 1,024 elements of one tensor, its grid as large
+as the tensor, reads and writes the same bytes: 4.11 TB/s on an H200 where `copy_` reaches 4.28 (4,096 and 8
+warps: 4.00; `perf/parts.py adamw-sweep`). Same update as torch's (decoupled weight decay, bias
 correction; the gradient divided by `grad_scale` when the clip sets it, `parallel.clip_grad_norm_`).
 """
 
@@ -18,7 +19,7 @@ import triton.language as tl
 
 from training.fp8.gather import local_data
 
-BLOCK = 4096
+BLOCK, WARPS = 1024, 4
 
 
 @triton.jit
@@ -105,7 +106,7 @@ class TritonAdamW(torch.optim.Optimizer):
                     param, grad, state["exp_avg"], state["exp_avg_sq"], param if scale is None else scale,
                     weights, n, lr, beta1, beta2, group["eps"], group["weight_decay"], lr / (1 - beta1**step),
                     math.sqrt(1 - beta2**step), SCALED=scale is not None, COPY=weights is not param,
-                    BLOCK=BLOCK, num_warps=8,
+                    BLOCK=BLOCK, num_warps=WARPS,
                 )  # fmt: skip
 
 
