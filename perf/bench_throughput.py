@@ -11,13 +11,13 @@ features and FP8 backend choice), one iteration per optimizer step. The peer: to
 for torch 2.11; 0.3.0 needs a newer torch), driven as its trainer drives itself: its Llama 3 `Transformer`
 built on the meta device from `TransformerModelArgs` of the same shape, its float8 converter (torchao
 tensorwise, the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile,
-FSDP2 over the ranks; autocast on one GPU, as ours), its fused AdamW, clip 1.0 and compiled cross-entropy,
+FSDP2 over the ranks; autocast on one GPU), its fused AdamW, clip 1.0 and compiled cross-entropy,
 on the same random tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask
 (4096, as ours); Llama rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full
 width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
 FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
 FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
-step, as before AdamW held them in bf16) and `titan`.
+step, as torchtitan's one-GPU step and ours before AdamW held them in bf16) and `titan`.
 
 A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
 per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
