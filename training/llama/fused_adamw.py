@@ -4,9 +4,10 @@ where it matches torch's fused AdamW on the GPU at start, `adamw_fault`).
 torch's fused AdamW (`_fused_adamw_`, multi-tensor chunks) moved the 8B's 28 bytes per parameter (read the
 parameter, gradient and both moments, write back three) at 2.9 TB/s on an H200 (4.8 TB/s): 39 ms of a 646 ms
 native FP8 step on 2 GPUs (`perf/RESULTS.md`). One program per 1,024 elements of one tensor, its grid as large
-as the tensor, reads and writes the same bytes: 4.11 TB/s on an H200 where `copy_` reaches 4.28 (4,096 and 8
-warps: 4.00; `perf/parts.py adamw-sweep`). Same update as torch's (decoupled weight decay, bias
-correction; the gradient divided by `grad_scale` when the clip sets it, `parallel.clip_grad_norm_`).
+as the tensor, reads and writes the same bytes: 3.68 TB/s on an H200 where `copy_` of as many bytes reaches
+4.28 (4,096 and 8 warps: 2.83; `perf/parts.py adamw-sweep`, 1.0e9 bf16-held parameters). Same update as
+torch's (decoupled weight decay, bias correction; the gradient divided by `grad_scale` when the clip sets it,
+`parallel.clip_grad_norm_`).
 """
 
 from __future__ import annotations

@@ -103,13 +103,13 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
     def make_step(batch: int, accum: int):
         """One optimizer step over `accum` micro-batches of `batch` random sequences (a pool of two,
         made on the device beforehand, so that no data movement is timed)."""
+        if held and accum > 1:  # (bf16 gradients would add up in bf16)
+            raise ValueError(f"bf16 weights held by AdamW take one iteration per step, not {accum}")
         pool = [
             torch.randint(0, shape.vocab_size, (batch, seq + 1), device=device, generator=generator)
             for _ in range(2)
         ]
         micro = [(rows[:, :-1], rows[:, 1:]) for rows in pool]
-        if held and accum > 1:  # (bf16 gradients would add up in bf16)
-            raise ValueError(f"bf16 weights held by AdamW take one iteration per step, not {accum}")
 
         def run() -> torch.Tensor:
             loss, _ = train_step(step, [micro[i % 2] for i in range(accum)], LR)
