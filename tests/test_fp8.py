@@ -276,3 +276,78 @@ def test_native_fp8_fuses_the_mlps_the_benchmark_names_keeping_parameter_names()
     assert type(model.layers[0].qkv) is Fp8Linear and type(model.mlm_transform) is nn.Linear
     after = dict(model.named_parameters())
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
+
+
+def _tiny_fp8_llama(fp8: bool, stored: bool = False):
+    from training.llama import parallel
+    from training.llama.build import build_llama
+    from training.llama.model import MLP, LlamaShape
+
+    shape = LlamaShape(num_layers=4, hidden_size=128, ffn_hidden_size=256, num_heads=4, num_kv_heads=2,
+                       vocab_size=1024, max_seq_length=64, rope_scaling=None)  # fmt: skip
+    settings = Fp8Settings(
+        "native", fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj")
+    )
+    torch.manual_seed(0)
+    model, _, _ = build_llama(
+        shape, "sdpa", torch.device("cpu"), None, parallel.Features(fp8=settings if fp8 else None)
+    )
+    return model
+
+
+def _gradients(model, calibrated: bool) -> dict[str, torch.Tensor]:
+    from training.fp8 import calibrate
+    from training.llama.model import cross_entropy
+
+    tokens = torch.randint(0, 1024, (4, 65), generator=torch.Generator().manual_seed(1))
+
+    def forward_backward():
+        with torch.autocast("cpu", torch.bfloat16):
+            cross_entropy(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+
+    if calibrated:
+        assert calibrate(model, forward_backward)
+        assert all(p.grad is None for p in model.parameters())  # the calibration's gradients are dropped
+        assert not calibrate(model, forward_backward)  # once
+    forward_backward()
+    return {n: p.grad.float() for n, p in model.named_parameters() if "layers" in n and "proj" in n}
+
+
+def test_calibration_keeps_the_first_steps_gradients():
+    """Issue 34, item 5: delayed scaling's first step casts with scale 1, so small e5m2 gradients underflow
+    and every block below the last gets a wrong gradient (here up to 97% off the bf16 one); measured scales
+    (`training.fp8.calibrate`) leave FP8's own rounding (about 12% here)."""
+    reference = _gradients(_tiny_fp8_llama(fp8=False), calibrated=False)
+
+    def worst(grads):
+        return max(float((grads[n] - reference[n]).norm() / reference[n].norm()) for n in reference)
+
+    assert worst(_gradients(_tiny_fp8_llama(fp8=True), calibrated=False)) > 0.5
+    assert worst(_gradients(_tiny_fp8_llama(fp8=True), calibrated=True)) < 0.2
+
+
+def test_calibration_records_the_amaxes_and_restores_the_random_state():
+    from training.fp8 import calibrate, needs_calibration
+
+    model = _tiny_fp8_llama(fp8=True)
+    linear = model.layers[0].self_attn.q_proj
+    seen = {}
+
+    def record(module, args, out):
+        seen.setdefault("x", args[0].detach().abs().amax())
+
+    linear.register_forward_hook(record)
+    tokens = torch.randint(0, 1024, (2, 17))
+    state = torch.get_rng_state()
+    assert needs_calibration(model)
+
+    def forward_backward():
+        torch.rand(3)  # a dropout's draw: undone after the pass
+        with torch.autocast("cpu", torch.bfloat16):
+            model(tokens).float().pow(2).mean().backward()
+
+    calibrate(model, forward_backward)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert not needs_calibration(model)
+    assert float(linear.x_amax) == float(linear.x_amax_next) == pytest.approx(float(seen["x"]), rel=1e-6)
+    assert 0 < float(linear.g_amax) < casts.E5M2_MAX

@@ -8,6 +8,7 @@ not converged, diverged, or what it raised) goes to LOGDIR/<RUN_TAG>.outcome.jso
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import sys
@@ -32,7 +33,7 @@ from training.bert.optim import Lamb, param_groups, poly_warmup_lr
 from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
-from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8
+from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8, calibrate
 
 BENCHMARK = BENCHMARKS["bert"]
 
@@ -180,9 +181,12 @@ NO_LOSS_SCALE = torch.amp.GradScaler("cpu", enabled=False)
 
 def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo,
                scaler: torch.amp.GradScaler = NO_LOSS_SCALE) -> torch.Tensor:  # fmt: skip
-    """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss."""
+    """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss. Native
+    FP8's first step measures its scales on the first micro-batch before it trains (`fp8.calibrate`)."""
     for micro in range(gradient_steps):
         batch = next(batches).to(info.device)
+        if micro == 0:
+            calibrate(model, functools.partial(_calibration_pass, model, batch, autocast))
         sync = micro == gradient_steps - 1 or info.world_size == 1
         with nullcontext() if sync else model.no_sync(), autocast():
             loss = pretraining_loss(*model(batch), batch)
@@ -191,6 +195,12 @@ def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: d
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return loss.detach()
+
+
+def _calibration_pass(model, batch, autocast) -> None:
+    with autocast():
+        loss = pretraining_loss(*model(batch), batch)
+    loss.backward()
 
 
 def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, scaler: torch.amp.GradScaler,

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from training.common.backends import importable
-from training.fp8 import casts, gather
+from training.fp8 import casts, gather, native
 from training.fp8.native import Fp8Linear, FusedFp8MLP
 
 BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND
@@ -144,10 +144,44 @@ def store_weights_in_fp8(module: nn.Module) -> int:
 
 
 def reset_after_materialize(model: nn.Module) -> None:
-    """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers."""
+    """After a meta-device model is materialized (`to_empty`): the native FP8 linears' amax buffers (to be
+    measured again by `calibrate`)."""
     for module in model.modules():
         if isinstance(module, Fp8Linear):
             module.reset_amax()
+
+
+def needs_calibration(model: nn.Module) -> bool:
+    """Whether `model` has native FP8 linears whose scales were never measured (`calibrate`). Transformer
+    Engine keeps its own scaling state and torchao scales from each tensor's current amax: neither needs
+    it."""
+    return any(isinstance(m, Fp8Linear) and not m.calibrated for m in model.modules())
+
+
+def calibrate(model: nn.Module, forward_backward: Callable[[], object]) -> bool:
+    """Measure the native FP8 casts' scales before the first real update: run `forward_backward` (one step's
+    forward and backward, on the batch the step will train on or on the warm-up's synthetic one) eagerly
+    with every FP8 linear computing in bf16 and recording the amaxes of its input and of its incoming
+    gradient (`native.calibrating`), then drop the gradients; the random number generators are restored, so
+    dropout draws what it would have drawn without this pass. Without it, delayed scaling casts the first
+    step with scale 1: on a 70B LoRA step the e5m2 gradients of the lower blocks underflow to zero and the
+    first steps barely move (issue 34; `perf/parity.py` shows it). A no-op (False) when nothing needs it."""
+    if not needs_calibration(model):
+        return False
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        with torch.compiler.set_stance("force_eager"), native.calibrating():
+            forward_backward()
+    finally:
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+    model.zero_grad(set_to_none=True)
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            module.calibrated = True
+    return True
 
 
 def apply_fp8(model: nn.Module, settings: Fp8Settings | None) -> Fp8:

@@ -10,6 +10,8 @@ all-gathered in FP8 (`gather`).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -55,6 +57,46 @@ def _commit(pairs) -> None:
     casts with."""
     for amax, recorded in pairs:
         amax.copy_(recorded)
+
+
+_CALIBRATING = False  # set by `calibrating()`: the linears compute in bf16 and record their amaxes
+
+
+@contextlib.contextmanager
+def calibrating():
+    """Inside: every native FP8 linear (and fused MLP) computes in bf16 and records the amaxes its casts will
+    use: its input's in the forward, the incoming gradient's in the backward (`_CalibrationMatmul`). Run a
+    forward and backward inside it, eagerly (`training.fp8.calibrate`), so that the first real step casts
+    with measured scales, not with scale 1, which flushes the small gradients of the first steps to zero."""
+    global _CALIBRATING
+    before, _CALIBRATING = _CALIBRATING, True
+    try:
+        yield
+    finally:
+        _CALIBRATING = before
+
+
+class _CalibrationMatmul(torch.autograd.Function):
+    """x @ w.T in bf16 with no weight gradient (calibration only), recording max |x| into both input amax
+    buffers and, in the backward, max |incoming gradient| into `g_amax`: the amaxes a delayed-scaling step
+    would have recorded had its casts been exact."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax):
+        amax = amax_of(x)
+        x_amax.copy_(amax)
+        x_amax_next.copy_(amax)
+        ctx.save_for_backward(w)
+        ctx.g_amax, ctx.x_dtype, ctx.b_dtype = g_amax, x.dtype, None if b is None else b.dtype
+        bias = None if b is None else b.to(torch.bfloat16)
+        return F.linear(x.to(torch.bfloat16), w, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        ctx.g_amax.copy_(amax_of(g))
+        db = g.sum(0, dtype=torch.float32).to(ctx.b_dtype) if ctx.needs_input_grad[2] else None
+        return (g.to(torch.bfloat16) @ w).to(ctx.x_dtype), None, db, None, None, None
 
 
 class _Fp8Matmul(torch.autograd.Function):
@@ -211,6 +253,7 @@ class Fp8Linear(nn.Linear):
         new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("x_amax_next", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("g_amax", torch.tensor(E5M2_MAX, device=device), persistent=False)
+        new.calibrated = False  # the amaxes are the formats' maxima until `calibrate` measures them
         return new
 
     @torch.no_grad()
@@ -218,6 +261,7 @@ class Fp8Linear(nn.Linear):
         self.x_amax.fill_(E4M3_MAX)
         self.x_amax_next.fill_(E4M3_MAX)
         self.g_amax.fill_(E5M2_MAX)
+        self.calibrated = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.weight, DTensor):
@@ -243,12 +287,24 @@ class Fp8Linear(nn.Linear):
 
     def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
         flat = x.reshape(-1, x.shape[-1])
+        if _CALIBRATING:
+            y = _CalibrationMatmul.apply(flat, self._bf16_weight(w), b, x_amax, x_amax_next, g_amax)
+            return y.view(*x.shape[:-1], -1)
         # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
         training = self.training and torch.is_grad_enabled()
         y = _Fp8Matmul.apply(
             flat, w, b, x_amax, x_amax_next, g_amax, training, self.gathered_scale(), self.triton
         )
         return y.view(*x.shape[:-1], -1)
+
+    @torch.no_grad()
+    def _bf16_weight(self, w: torch.Tensor) -> torch.Tensor:
+        """The weight in bf16, detached (calibration computes no weight gradient): plain, or the e4m3 codes of
+        one stored or all-gathered in FP8 divided by their scale."""
+        if self.stores_fp8 or self.gathers_fp8:
+            codes = w if self.stores_fp8 else unpack(w)[0]
+            return (codes.float() / self.w_scale).to(torch.bfloat16)
+        return w.detach().to(torch.bfloat16)
 
     def _forward_tensor_parallel(self, x):
         """Under DTensor tensor parallelism (the weight sharded by rows: column-parallel, with the input
@@ -293,7 +349,7 @@ class FusedFp8MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up, down, gate = self.parts()
-        if isinstance(down.weight, DTensor):
+        if isinstance(down.weight, DTensor) or _CALIBRATING:  # (each linear records its own amaxes)
             h = F.gelu(up(x)) if gate is None else F.silu(gate(x)) * up(x)
             return down(h)
         flat = x.reshape(-1, x.shape[-1])

@@ -414,17 +414,33 @@ class Llama(nn.Module):
 
 
 @torch.no_grad()
-def init_weights(module: nn.Module, shape: LlamaShape) -> None:
-    """Megatron/NeMo's from-scratch init of `module` (the model, or one of its blocks): N(0, std) everywhere,
-    std / sqrt(2 * layers) for the projections that write into the residual stream, norms at 1."""
+def init_weights(module: nn.Module, shape: LlamaShape, prefix: str = "") -> None:
+    """Megatron/NeMo's from-scratch init of `module`: the model, or one of its parts whose parameters are the
+    model's under `prefix` (`"layers.3."` for block 3, `"norm."` for the final norm). N(0, std) everywhere,
+    std / sqrt(2 * layers) for the projections that write into the residual stream, norms at 1. The numbers
+    are drawn in the parameter order of a plain model of the shape (`canonical_names`), so a model whose
+    features reordered its modules (the FP8 MLP swap), or one materialized part by part in that order, gets
+    the same weights from the same seed; parameters a plain model does not have (LoRA's adapters) are left
+    to their owner. Works on sharded (DTensor) parameters."""
     out_std = shape.init_std / math.sqrt(2 * shape.num_layers)
-    for name, param in module.named_parameters():
+    params = dict(module.named_parameters())
+    for name in canonical_names(shape):
+        param = params.get(name[len(prefix) :]) if name.startswith(prefix) else None
+        if param is None:
+            continue
         if name.endswith("norm.weight"):
             nn.init.ones_(param)
         elif name.endswith(("o_proj.weight", "down_proj.weight")):
             nn.init.normal_(param, mean=0.0, std=out_std)
         else:
             nn.init.normal_(param, mean=0.0, std=shape.init_std)
+
+
+@functools.cache
+def canonical_names(shape: LlamaShape) -> tuple[str, ...]:
+    """The parameter names of a plain `Llama` of `shape`, in registration order (built on the meta device)."""
+    with torch.device("meta"):
+        return tuple(name for name, _ in Llama(shape).named_parameters())
 
 
 # What a user may ask for (ATTENTION, --attention). `cudnn`: cuDNN's banded SDPA for a window; without one,

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from training.common import dist
-from training.fp8 import Fp8
+from training.fp8 import Fp8, calibrate, reset_after_materialize
 from training.llama import parallel
 from training.llama.model import cross_entropy
 
@@ -103,6 +103,8 @@ def train_step(
     Returns (the step's loss over all its sequences, the gradient norm before clipping), on the device."""
     for group in step.optimizer.param_groups:
         group["lr"] = lr
+    # native FP8's first step: its scales measured on this batch first, unless the warm-up measured them
+    calibrate(step.model, lambda: forward_backward(step, micro_batches))
     loss = forward_backward(step, micro_batches)
     # the mean of every rank's loss (data-parallel ranks read different sequences, context-parallel ranks
     # different chunks of them, tensor-parallel ranks the same; of a pipeline only the last stage has it)
@@ -182,7 +184,9 @@ def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_siz
     """Compile and warm the kernels before the clock starts, as NVIDIA's RUN_WARMUP_ON_SYNTH_DATA: `steps`
     forward and backward passes of a step's micro-batches of random tokens, then an evaluation forward;
     gradients dropped and no optimizer step, so the weights stay exactly the initialized ones. No training
-    or validation data is read."""
+    or validation data is read. Native FP8's scaling state is then reset (NVIDIA: reset_fp8_state) and
+    measured on the same random tokens (`training.fp8.calibrate`), so that the first timed step does not
+    cast with scale 1."""
     if steps == 0:
         return
     accum = step.layout.grad_accum if step.schedule is not None else 1
@@ -199,3 +203,5 @@ def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_siz
                 step.loss_fn(step.model(tokens), tokens, reduction="sum")
     step.model.train()
     parallel.reshard(step.model)
+    reset_after_materialize(step.model)
+    calibrate(step.model, lambda: forward_backward(step, [(t, t) for t in tokens.chunk(accum)]))

@@ -9,12 +9,13 @@ import torch
 from torch import nn
 
 from training.common.config import ConfigError
-from training.fp8 import Fp8, Fp8Settings, MlpLayout, reset_after_materialize, store_weights_in_fp8
+from training.fp8 import Fp8, Fp8Settings, MlpLayout
 from training.llama import parallel
-from training.llama.checkpoint import load_hf_checkpoint, shape_from_hf_config
-from training.llama.model import MLP, PRESETS, Llama, LlamaShape, choose_attention, init_weights
+from training.llama.build import build_llama, param_dtype
+from training.llama.checkpoint import shape_from_hf_config
+from training.llama.model import MLP, PRESETS, LlamaShape, choose_attention
 from training.llama2_70b_lora.config import LoraConfig
-from training.lora import LoraSettings, reset_lora
+from training.lora import LoraSettings
 from training.lora.fused import choose_kernel
 
 
@@ -43,13 +44,11 @@ def fp8_settings(cfg: LoraConfig, par: parallel.Parallelism) -> Fp8Settings | No
 def build_model(
     cfg: LoraConfig, par: parallel.Parallelism, mesh, device: torch.device, precision: str
 ) -> tuple[nn.Module, Fp8, dict[str, str]]:
-    """(model, FP8 hooks, what each feature did). Built on the meta device, the frozen base in the compute
-    dtype (bf16 on GPUs: nothing updates it, so no float32 master copy), the adapters in float32."""
+    """(model, FP8 hooks, what each feature did). The frozen base in the compute dtype (bf16 on GPUs: nothing
+    updates it, so no float32 master copy), the adapters in float32 (`training.llama.build.build_llama`)."""
     shape = model_shape(cfg)
     kernel, kernel_chosen = choose_kernel(cfg.lora_kernel, device)
-    base_dtype = torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32
-    with torch.device("meta"):
-        model = Llama(shape, choose_attention(cfg.attention, device)).to(base_dtype)
+    base_dtype = param_dtype(precision)
     features = parallel.Features(
         fp8=fp8_settings(cfg, par),
         lora=LoraSettings(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, kernel),
@@ -60,38 +59,18 @@ def build_model(
         param_dtype=base_dtype,
         reshard_after_forward=cfg.reshard_after_forward,
     )
-    fp8, applied = parallel.apply_features(model, mesh, features)
-    applied["lora"] += f"; dropout and A: {kernel_chosen}"
     folder = cfg.paths()["model"] if cfg.init_checkpoint == "model" else None
-    if cfg.fp8_weights:  # one block at a time, each stored in FP8 before the next: never the bf16 model
-        if mesh is not None:
-            raise ConfigError("FP8_WEIGHTS=1 runs on one GPU only (FSDP2 shards bf16 weights instead)")
-        for i, block in enumerate(model.layers):
-            _materialize(block, device, folder, shape, f"layers.{i}.")
-            store_weights_in_fp8(block)
-            if device.type == "cuda":  # give the bf16 copies back, or their cached halves pile up
-                torch.cuda.empty_cache()
-        for name in ("embed_tokens", "norm", "lm_head"):
-            _materialize(getattr(model, name), device, folder, shape, f"{name}.")
-        applied["fp8"] += ", frozen weights stored in FP8"
-    else:
-        _materialize(model, device, folder, shape, "")
+    try:
+        model, fp8, applied = build_llama(
+            shape, choose_attention(cfg.attention, device), device, mesh, features,
+            checkpoint=folder, fp8_weights=cfg.fp8_weights, base_dtype=base_dtype,
+        )  # fmt: skip
+    except ValueError as err:  # FP8_WEIGHTS with several ranks
+        raise ConfigError(str(err)) from None
+    applied["lora"] += f"; dropout and A: {kernel_chosen}"
     weights = (
         f"{folder} (Hugging Face safetensors, read shard by shard)"
         if folder
         else "random (INIT_CHECKPOINT=none)"
     )
-    reset_lora(model)
-    reset_after_materialize(model)
-    fp8.weights_changed(model)  # (the scales of FP8 all-gathers: the frozen weights never change after)
     return model, fp8, {"attention": model.layers[0].self_attn.backend, "weights": weights, **applied}
-
-
-def _materialize(module: nn.Module, device, folder, shape: LlamaShape, under: str) -> None:
-    """Allocate `module` on `device` and set its frozen weights: from the checkpoint in `folder`, or (None)
-    the from-scratch init. (The adapters are set by `reset_lora`.)"""
-    module.to_empty(device=device)
-    if folder is not None:
-        load_hf_checkpoint(module, folder, show_progress=not under.startswith("layers."), under=under)
-    else:
-        init_weights(module, shape)

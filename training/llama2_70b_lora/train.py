@@ -24,7 +24,6 @@ import torch
 from training.common import backends, dist, outcome
 from training.common.config import config_from_environment, write_effective_config
 from training.common.mllog import MLLogger, constants
-from training.fp8 import reset_after_materialize
 from training.llama import optim, parallel
 from training.llama.model import compiled_cross_entropy, cross_entropy
 from training.llama.step import Step, evaluate_batches, train_step, warm_up
@@ -83,7 +82,6 @@ def main() -> outcome.Outcome:
         write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
     if cfg.warmup:
         warm_up(step, cfg.warmup_train_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
-        reset_after_materialize(model)  # FP8 scaling state as before the warm-up (NVIDIA: reset_fp8_state)
     sampler = data.Sampler(len(train_rows), gbs, cfg.minibs, cfg.micro_batch_size, info.rank, seed)
     first_eval, eval_every = cfg.eval_steps(info.world_size)
     dist.barrier()

@@ -1,15 +1,16 @@
 """The Llama 3.1 8B benchmark's model: the shared Llama module (`training.llama.model`) at the config's shape,
-laid out over the ranks with the features the config asks for (`training.llama.parallel.apply_features`),
-then materialized and initialized from scratch (the benchmark trains from random weights)."""
+laid out over the ranks with the features the config asks for, materialized and initialized from scratch
+(the benchmark trains from random weights) by the Llama family's one build (`training.llama.build`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from training.fp8 import Fp8, Fp8Settings, MlpLayout, reset_after_materialize
+from training.fp8 import Fp8, Fp8Settings, MlpLayout
 from training.llama import parallel
-from training.llama.model import MLP, Llama, choose_attention
+from training.llama.build import build_llama, param_dtype
+from training.llama.model import MLP, choose_attention
 from training.llama31_8b.config import LlamaPretrainConfig
 
 
@@ -31,25 +32,14 @@ def fp8_settings(cfg: LlamaPretrainConfig, par: parallel.Parallelism) -> Fp8Sett
 def build_model(
     cfg: LlamaPretrainConfig, par: parallel.Parallelism, mesh, device: torch.device, precision: str
 ) -> tuple[nn.Module, Fp8, dict[str, str]]:
-    """(model, FP8 hooks, what each feature did). On GPUs the model is built on the meta device, so that
-    each rank allocates only its shards; on the CPU it is initialized in full (identical on every rank, as
-    the seed is) and then sharded."""
-    on_gpu = device.type == "cuda"
-    with torch.device("meta" if on_gpu else device):
-        model = Llama(cfg.model_shape(), choose_attention(cfg.attention, device))
-    if not on_gpu:
-        model.init_weights()
+    """(model, FP8 hooks, what each feature did), from scratch (`training.llama.build.build_llama`)."""
     features = parallel.Features(
         fp8=fp8_settings(cfg, par),
         activation_checkpointing=cfg.activation_checkpointing,
         compile=cfg.compile,
-        param_dtype=torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32,
+        param_dtype=param_dtype(precision),
         reshard_after_forward=cfg.reshard_after_forward,
     )
-    fp8, applied = parallel.apply_features(model, mesh, features)
-    if on_gpu:
-        model.to_empty(device=device)
-        model.init_weights()
-        reset_after_materialize(model)
-    fp8.weights_changed(model)  # (the scales of FP8 all-gathers)
+    attention = choose_attention(cfg.attention, device)
+    model, fp8, applied = build_llama(cfg.model_shape(), attention, device, mesh, features)
     return model, fp8, {"attention": model.layers[0].self_attn.backend, **applied}

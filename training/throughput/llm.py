@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 from training.common.config import ConfigError
-from training.fp8 import Fp8Settings, MlpLayout, choose_backend, reset_after_materialize
+from training.fp8 import Fp8Settings, MlpLayout, choose_backend
 from training.llama import optim, parallel
+from training.llama.build import build_llama
 from training.llama.model import (
     MLP,
     TORCH_WINDOW_ATTENTION,
-    Llama,
     choose_attention,
     compiled_cross_entropy,
     cross_entropy,
@@ -58,10 +58,6 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         attention = choose_attention(args.attention, device, shape.sliding_window)
     except ValueError as err:  # the kernel asked for cannot run here
         raise ConfigError(f"--attention {args.attention}: {err}") from None
-    with torch.device("meta" if on_gpu else device):  # on GPUs each rank allocates its shards only
-        model = Llama(shape, attention)
-    if not on_gpu:
-        model.init_weights()
     fp8 = None
     if args.enable_fp8:
         fp8 = Fp8Settings(
@@ -75,12 +71,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         compile=args.enable_compile,
         param_dtype=torch.bfloat16 if on_gpu else torch.float32,
     )
-    fp8_hooks, applied = parallel.apply_features(model, mesh, features)
-    if on_gpu:
-        model.to_empty(device=device)
-        model.init_weights()
-        reset_after_materialize(model)
-    fp8_hooks.weights_changed(model)
+    model, fp8_hooks, applied = build_llama(shape, attention, device, mesh, features)
     optimizer, impl = optim.build_optimizer(model, LR, BETAS, EPS, WEIGHT_DECAY, fused=on_gpu)
     # without FSDP (one process) bf16 comes from autocast, as in the Llama trainer; the matrices' weights from
     # AdamW where it can hold them (`TritonAdamW.hold_bf16`: no casts of weights or gradients in the step)
