@@ -1,6 +1,6 @@
 """Attention kernels on one GPU, forward + backward, for the two shapes our trainers run.
 
-    python perf/attention.py [bert] [llama] [lora] [mistral]
+    python -m perf.attention [bert] [llama] [lora] [mistral]
 
 bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
 bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
@@ -21,22 +21,21 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from perf.bench_bert import ROWS, SEQ, packed_rows, time_steps  # noqa: E402
-from training.bert import data  # noqa: E402
-from training.bert.attention import block_diagonal_mask  # noqa: E402
+from perf.bert_rows import ROWS, SEQ, packed_rows
+from perf.timing import time_steps
+from training.bert import data
+from training.bert.attention import block_diagonal_mask
 
 
 def timed(results, name, step, useful_flop):
     try:
-        ms = statistics.median(time_steps(step, 3, 20))
+        ms = statistics.median(time_steps(step, 3, 20, torch.device("cuda", torch.cuda.current_device())))
         results.append((name, ms, f"{useful_flop / ms / 1e9:.0f}"))
     except Exception as err:  # noqa: BLE001 - a backend that refuses these inputs is a result too
         results.append((name, float("nan"), f"{type(err).__name__}: {str(err)[:100]}"))

@@ -1,6 +1,6 @@
 """BERT-Large training step on one GPU: ours (the trainer's own `train_step`) vs Hugging Face, same run.
 
-    python perf/bench_bert.py [--variants hf,eager,compiled] [--steps 30] [--tiny]
+    python -m perf.bench_bert [--variants hf,eager,compiled] [--steps 30] [--tiny] [--reference eager]
 
 Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8
 matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
@@ -18,12 +18,19 @@ Peer: transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocas
 A sample is one unpacked sequence, as MLPerf counts. Times are CUDA-event medians after warm-up; inputs
 are random token ids (never zeros), rotated over a pool of batches. Prints a table last and writes JSON
 to $OUT/bench_bert.json when OUT is set.
+
+Loss parity (`perf/parity.py`): each of our variants' per-step losses (every step, warm-up included) against
+the reference variant's (`--reference`, run first, added when not listed: eager bf16 with PyTorch's SDPA), on
+the same initial weights (one seed) and the same batches in the same order. The peer trains other batches
+(one unpadded sequence per row) with AdamW: its losses are recorded, not compared (`perf/curve_parity.py bert`
+compares Hugging Face's model with ours on the same weights, batches and LAMB).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -34,89 +41,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from training.bert import data  # noqa: E402
-from training.bert.attention import choose_attention  # noqa: E402
-from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step  # noqa: E402
-from training.bert.optim import Lamb, param_groups  # noqa: E402
-from training.bert.train import (  # noqa: E402
-    apply_compile,
-    apply_data_parallel,
-    autocast_context,
-    fp8_settings,
-    train_step,
-)
-from training.common import dist  # noqa: E402
-from training.fp8 import apply_fp8  # noqa: E402
+from perf import parity, timing
+from perf.bert_rows import MAX_PRED, SEQ, packed_rows
+from perf.bert_rows import ROWS as DEFAULT_ROWS
+from perf.timing import print_profile
+from training.bert import data
+from training.bert.attention import choose_attention
+from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step
+from training.bert.optim import Lamb, param_groups
+from training.bert.train import apply_compile, apply_data_parallel, autocast_context, fp8_settings, train_step
+from training.common import dist
+from training.fp8 import apply_fp8
 
-SEQ, MAX_PRED = 512, 76
-ROWS = 48  # rows per step; --rows changes it
-
-
-def random_sequence(rng, length: int, vocab: int):
-    ids = rng.integers(1000, vocab, length)
-    split = int(rng.integers(2, length - 1))
-    ids[0], ids[split], ids[-1] = 101, 102, 102
-    seg = (np.arange(length) > split).astype(np.int8)
-    n_pred = min(MAX_PRED, max(1, round(0.15 * length)))
-    candidates = np.setdiff1d(np.arange(1, length - 1), [split])
-    pos = np.sort(rng.choice(candidates, n_pred, replace=False))
-    return ids, seg, pos, rng.integers(1000, vocab, n_pred), int(rng.integers(0, 2))
-
-
-def packed_rows(rng, n_rows: int, vocab: int, seq: int = SEQ):
-    """Rows like the packer's: 1, 2 or 3 sequences (1/4, 1/2, 1/4: 2 on average) filling 480-512 tokens."""
-    rows = []
-    for _ in range(n_rows):
-        k = int(rng.choice([1, 2, 3], p=[0.25, 0.5, 0.25]))
-        total = int(rng.integers(seq - 32, seq + 1))
-        lens = np.array([total])
-        while k > 1 and (len(lens) < k or lens.min() < 24):  # k sequences of at least 24 tokens each
-            cuts = np.sort(rng.choice(np.arange(24, total - 24), k - 1, replace=False))
-            lens = np.diff(np.concatenate([[0], cuts, [total]])).astype(int)
-        seqs = [random_sequence(rng, int(n), vocab) for n in lens]
-        offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        rows.append((
-            np.concatenate([s[0] for s in seqs]), np.concatenate([s[1] for s in seqs]),
-            np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]), np.concatenate([s[3] for s in seqs]),
-            lens, np.array([len(s[2]) for s in seqs]), np.array([s[4] for s in seqs]),
-        ))  # fmt: skip
-    return rows
+ROWS = DEFAULT_ROWS  # --rows changes it
 
 
 def time_steps(step_fn, warmup: int, steps: int) -> list[float]:
-    for _ in range(warmup):
-        step_fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step_fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
-
-
-def matmul_peak(device) -> float:
-    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
-    ms = statistics.median(time_steps(lambda: a @ b, 5, 20))
-    return 2 * 8192**3 / ms / 1e9  # TFLOP/s
-
-
-def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
-    """GPU kernel time per step, largest first (torch.profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step_fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
-    events.sort(key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in events) / steps / 1e3
-    print(f"profile: {total:.1f} ms of GPU kernels per step")
-    for e in events[:top]:
-        print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
+    return timing.time_steps(step_fn, warmup, steps, torch.device("cuda", torch.cuda.current_device()))
 
 
 COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}
@@ -153,12 +94,18 @@ def bench_ours(
     it = iter(batches * 10_000)
     autocast = autocast_context(precision, device, fp8)
     torch.cuda.reset_peak_memory_stats()
+    losses = []
+
+    def step():
+        losses.append(train_step(train_model, optimizer, it, 1, autocast, info))
+
     t0 = time.perf_counter()
-    losses = [train_step(train_model, optimizer, it, 1, autocast, info) for _ in range(warmup)]
+    for _ in range(warmup):
+        step()
     warm_s = time.perf_counter() - t0
-    times = time_steps(lambda: train_step(train_model, optimizer, it, 1, autocast, info), 0, steps)
+    times = time_steps(step, 0, steps)
     if profile:
-        print_profile(lambda: train_step(train_model, optimizer, it, 1, autocast, info))
+        print_profile(step)
     seqs = [b.num_sequences for b in pool]
     masked = sum(int((b.mlm_labels >= 0).sum()) for b in pool)
     flops = flops_per_step(shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
@@ -166,7 +113,8 @@ def bench_ours(
     return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
             "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
-            "first_loss": float(losses[0]), "spread_ms": [min(times), max(times)],
+            "first_loss": float(losses[0]), "losses": parity.as_floats(losses),
+            "spread_ms": [min(times), max(times)],
             "fp8": fp8.description, "attention": model.layers[0].attn_impl}  # fmt: skip
 
 
@@ -192,6 +140,8 @@ def bench_hf(shape, device, warmup, steps, rng):
         pool.append([t.pin_memory() for t in (ids, labels, nsp)])
     it = iter(pool * 10_000)
 
+    losses = []
+
     def step():
         ids, labels, nsp = (t.to(device, non_blocking=True) for t in next(it))
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -199,6 +149,7 @@ def bench_hf(shape, device, warmup, steps, rng):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
 
     torch.cuda.reset_peak_memory_stats()
     times = time_steps(step, warmup, steps)
@@ -206,7 +157,7 @@ def bench_hf(shape, device, warmup, steps, rng):
     flops = flops_per_step(shape, [SEQ] * ROWS, ROWS * SEQ, ROWS)
     return {"ms": statistics.median(times), "samples_per_step": ROWS, "flops": flops,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "spread_ms": [min(times), max(times)]}  # fmt: skip
+            "spread_ms": [min(times), max(times)], "losses": parity.as_floats(losses)}  # fmt: skip
 
 
 def check_fast_path(shape, pool, device, attention: str) -> float:
@@ -241,6 +192,7 @@ def main() -> int:
         "--data", type=Path, help="a prepared BERT data folder: time batches of its shards instead"
     )
     ap.add_argument("--rows", type=int, default=48, help="packed rows per step")
+    ap.add_argument("--reference", default="eager", help="the variant the others' losses are compared with")
     args = ap.parse_args()
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank)
@@ -263,11 +215,14 @@ def main() -> int:
     results = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "peak_tflops": matmul_peak(device),
+        "peak_tflops": timing.matmul_peak(device),
     }
     say(f"{results['gpu']} torch {results['torch']}: bf16 matmul peak {results['peak_tflops']:.0f} TFLOP/s")
     runs = {}
-    for variant in args.variants.split(","):
+    variants = args.variants.split(",")
+    if args.reference != "none" and args.reference not in variants:
+        variants.insert(0, args.reference)
+    for variant in variants:
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
         elif (name := re.sub("|".join(MODIFIERS), "", variant.partition(":")[0])) in OURS:
@@ -294,18 +249,23 @@ def main() -> int:
         results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(
             shape, pool, device, results["attention"]
         )
+    uniform = parity.uniform_loss(shape.vocab_size) + math.log(2)  # masked LM + next-sentence prediction
+    skip = {"hf": "other batches (one unpacked sequence per row) and AdamW"}
+    parity.check_all(runs, args.reference, uniform, skip)
     results["runs"] = runs
     if os.environ.get("OUT") and rank == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         name = "bench_bert.json" if world == 1 else f"bench_bert_{world}gpu.json"
         Path(os.environ["OUT"], name).write_text(json.dumps(results, indent=2))
     base = runs.get("hf", {}).get("samples_per_s")
-    say("\n| variant | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF |")
-    say("|---|---|---|---|---|---|---|---|")
+    say(f"\nloss parity against {args.reference} (tolerance per step: {parity.TOLERANCE})")
+    say("| variant | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF | parity |")
+    say("|---|---|---|---|---|---|---|---|---|")
     for name, r in runs.items():
-        ratio = f"{r['samples_per_s'] / base:.2f}x" if base else "-"
+        ratio = parity.ratio_cell(r["samples_per_s"] / base if base else None, r.get("parity"))
         say(f"| {name} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
-              f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} |")  # fmt: skip
+              f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} | "
+              f"{parity.column(r.get('parity'))} |")  # fmt: skip
     if "compiled_vs_eager_loss_rel_diff" in results:
         say(
             f"compiled ({results['attention']}) vs eager (sdpa) loss, relative difference: "

@@ -1,8 +1,9 @@
 """Llama 3.1 8B training throughput under FSDP2: ours vs Hugging Face, BF16 and FP8, side by side.
 
-    torchrun --nproc_per_node=4 perf/bench_llama.py [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
+    torchrun --nproc_per_node=4 -m perf.bench_llama [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
         [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
-    torchrun --nproc_per_node=2 perf/bench_llama.py --tiny        # CPU (gloo) smoke test of this script
+        [--reference ours-bf16-eager-torchadamw]
+    torchrun --nproc_per_node=2 -m perf.bench_llama --tiny        # CPU (gloo) smoke test of this script
 
 Full Llama 3.1 8B (ours: training.llama.model.Llama through the trainer's own features and step,
 `parallel.apply_features` and `step.train_step`; peer: transformers.LlamaForCausalLM built from the same
@@ -21,6 +22,11 @@ the largest max_memory_allocated over ranks. Model FLOPs count (printed with the
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
 gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
 and writes $OUT/bench_llama.json when OUT is set.
+
+Loss parity (`perf/parity.py`): every variant's per-step losses against the reference variant's
+(`--reference`, run first, added when not listed: ours in bf16, eager, torch's AdamW), all from the same
+initial weights (the peer's are ours: `parity.init_hf_like_ours`) and the same batches. A variant that fails
+prints "invalid" instead of its speed ratios.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from training.common import backends  # noqa: E402
-from training.fp8 import Fp8Settings, MlpLayout, apply_fp8, reset_after_materialize  # noqa: E402
-from training.llama import optim, parallel  # noqa: E402
-from training.llama.model import MLP, PRESETS, Llama, LlamaShape, compiled_cross_entropy, cross_entropy  # noqa: E402
-from training.llama.step import Step, train_step  # noqa: E402
+from perf import parity
+from perf.timing import matmul_peak, print_profile, time_steps, versions
+from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
+from training.llama import optim, parallel
+from training.llama.build import build_llama
+from training.llama.model import MLP, PRESETS, LlamaShape, compiled_cross_entropy, cross_entropy
+from training.llama.step import Step, train_step
 
 TINY = LlamaShape(
     num_layers=2,
@@ -56,57 +63,25 @@ TINY = LlamaShape(
 )
 
 
-def build(kind: str, shape: LlamaShape, device: torch.device):
-    """An unmaterialized (meta) model of `kind` ('ours' or 'hf') on GPUs, a materialized one on CPU."""
-    if kind == "hf":
-        import transformers  # imported outside the meta-device context below
+def build_hf(shape: LlamaShape):
+    """The peer, unmaterialized (meta): built, wrapped and sharded before any rank allocates its part."""
+    import transformers  # imported outside the meta-device context below
 
-        config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
-    with torch.device("meta" if device.type == "cuda" else device):
-        if kind == "ours":
-            return Llama(shape, "sdpa")
+    config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
+    with torch.device("meta"):
         return transformers.LlamaForCausalLM(config)
 
 
 @torch.no_grad()
-def initialize(model, kind: str, shape: LlamaShape, device: torch.device) -> None:
-    if kind == "ours":
-        model.init_weights()
-        return
-    for name, p in model.named_parameters():  # HF's scheme: N(0, initializer_range), norms at 1
-        torch.nn.init.ones_(p) if name.endswith("norm.weight") else torch.nn.init.normal_(
-            p, 0.0, shape.init_std
-        )
-    rotary = type(model.model.rotary_emb)  # its inv_freq buffer was allocated empty: rebuild it
+def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
+    """Our weights from the same seed (`parity.init_hf_like_ours`), and RoPE's buffer, allocated empty."""
+    parity.init_hf_like_ours(model, shape)
+    rotary = type(model.model.rotary_emb)
     try:
         fresh = rotary(config=model.config, device=device)  # transformers 4.x
     except TypeError:
         fresh = rotary(config=model.config)  # 5.x computes it on the CPU
     model.model.rotary_emb = fresh.to(device)
-
-
-def time_steps(step, warmup: int, steps: int, device: torch.device, host: list | None = None) -> list[float]:
-    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU. On a GPU `host` (if given) gets the
-    milliseconds the CPU took to issue each step: near the step's own time, the step waits on the CPU."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            start.record()
-            step()
-            end.record()
-            if host is not None:
-                host.append((time.perf_counter() - t0) * 1e3)
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
 
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
@@ -116,12 +91,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
     fp8_on = precision in ("fp8", "fp8native")
-    if fp8_on and device.type != "cuda":
-        return {"skipped": "FP8 needs a GPU"}
+    if precision == "fp8" and device.type != "cuda":
+        return {"skipped": "torchao's FP8 needs a GPU"}
     torch.manual_seed(0)
-    model = build(kind, shape, device)
-    if device.type != "cuda":
-        initialize(model, kind, shape, device)
     ours = kind == "ours"
     fp8_settings = None
     if fp8_on:
@@ -139,19 +111,23 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         param_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
         reshard_after_forward="keep" not in modes,
     )
-    if ours:  # the trainer's features, in the trainer's order
-        fp8, _ = parallel.apply_features(model, mesh, features)
+    if ours:  # the trainer's build: its features, in the trainer's order
+        model, fp8, _ = build_llama(shape, "sdpa", device, mesh, features)
     else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing
+        model = build_hf(shape)
+        init_first = device.type != "cuda"  # as `build_llama`: on the CPU the full weights, then shards
+        if init_first:
+            model.to_empty(device=device)
+            initialize_hf(model, shape, device)
         fp8 = apply_fp8(model, fp8_settings)
         if args.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         parallel.apply_compile(model, compiled)
         parallel.apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
-    if device.type == "cuda":
-        model.to_empty(device=device)
-        initialize(model, kind, shape, device)
-        reset_after_materialize(model)
-    fp8.weights_changed(model)
+        if not init_first:
+            model.to_empty(device=device)
+            initialize_hf(model, shape, device)
+        fp8.weights_changed(model)
     model.train()
     # ours: the trainer's AdamW (in Triton where it runs); the peer and `-torchadamw`: torch's fused AdamW
     adamw = "auto" if ours and "torchadamw" not in modes else "torch"
@@ -184,13 +160,16 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
             loss, _ = train_step(trainer_step, micro_batches(), 1e-4)
             losses.append(loss)
             return
+        total = 0.0
         for micro, (tokens, labels) in enumerate(micro_batches()):  # FSDP2 reduce-scatters after the last
             if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(micro == args.accum - 1)
             with autocast, fp8.forward_context():
                 loss = cross_entropy(model(input_ids=tokens, use_cache=False).logits, labels)
             (loss / args.accum).backward()
-            losses.append(loss.detach())
+            total = total + loss.detach() / args.accum
+        dist.all_reduce(total)  # the mean over ranks, as ours logs it
+        losses.append(total / dist.get_world_size())
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -205,8 +184,6 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile and device.type == "cuda" and dist.get_rank() == 0:
-        from perf.bench_bert import print_profile
-
         print(f"{variant}, rank 0:")
         print_profile(step, steps=2, top=30)
     elif args.profile and device.type == "cuda":
@@ -235,27 +212,13 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "first_step_s": first_step_s,
         "first_loss": float(losses[0]),
         "last_loss": float(losses[-1]),
+        "losses": parity.as_floats(losses),
         "compiled": compiled,
         "fp8": fp8.description,
         "optimizer": adamw,
         "compute": "bf16" if device.type == "cuda" else "fp32 (CPU smoke test)",
     }
     return result
-
-
-def versions() -> dict:
-    try:
-        return backends.versions()
-    except Exception as err:  # noqa: BLE001 - e.g. mlperf-logging not installed: the benchmark still runs
-        return {"torch": torch.__version__, "error": f"{type(err).__name__}: {err}"}
-
-
-def matmul_peak(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
-    ms = statistics.median(time_steps(lambda: a @ b, 5, 20, device))
-    return 2 * 8192**3 / ms / 1e9
 
 
 def main() -> int:
@@ -286,6 +249,8 @@ def main() -> int:
         "--tiny", action="store_true", help="a 2-layer toy model (smoke test; runs on CPU with gloo)"
     )
     ap.add_argument("--profile", action="store_true", help="print rank 0's top GPU kernels per variant")
+    ap.add_argument("--reference", default="ours-bf16-eager-torchadamw",
+                    help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
     if gpu:
@@ -320,7 +285,10 @@ def main() -> int:
     }
     if rank == 0:
         print(f"{results['device']} x {world}, torch {torch.__version__}; {formula}", flush=True)
-    for variant in args.variants.split(","):
+    variants = args.variants.split(",")
+    if args.reference != "none" and args.reference not in variants:
+        variants.insert(0, args.reference)
+    for variant in variants:
         try:
             r = bench(variant, shape, args, device, mesh)
         except torch.cuda.OutOfMemoryError as err:
@@ -333,30 +301,33 @@ def main() -> int:
             torch.cuda.empty_cache()
         if rank == 0:
             print(f"  {variant}: {json.dumps(r)}", flush=True)
+    parity.check_all(results["runs"], args.reference, parity.uniform_loss(shape.vocab_size))
     if rank == 0:
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "bench_llama.json").write_text(json.dumps(results, indent=2) + "\n")
         print(
             f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, {args.accum} per "
-            f"optimizer step, FSDP2; {formula}"
+            f"optimizer step, FSDP2; {formula}; loss parity against {args.reference} (tolerance per step: "
+            f"{parity.TOLERANCE})"
         )
         print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision "
-              "| vs HF bf16 |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
+              "| vs HF bf16 | loss parity |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
 
         def ratio(r: dict, peer_name: str) -> str:
             peer = results["runs"].get(peer_name, {})
-            return f"{r['tokens_per_s_per_gpu'] / peer['tokens_per_s_per_gpu']:.2f}x" if "ms" in peer else "-"
+            value = r["tokens_per_s_per_gpu"] / peer["tokens_per_s_per_gpu"] if "ms" in peer else None
+            return parity.ratio_cell(value, r.get("parity"))
 
         for name, r in results["runs"].items():
             if "ms" not in r:
-                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | | |")
+                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | | | |")
                 continue
             same = ratio(r, "hf-" + name.split("-")[1]) if name.startswith("ours") else "-"
             print(
                 f"| {name} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | "
                 f"{r['model_tflops_per_gpu']:.1f} | {r['peak_gib']:.1f} | {same} | "
-                f"{ratio(r, 'hf-bf16') if name != 'hf-bf16' else '-'} |"
+                f"{ratio(r, 'hf-bf16') if name != 'hf-bf16' else '-'} | {parity.column(r.get('parity'))} |"
             )
     dist.destroy_process_group()
     return 0

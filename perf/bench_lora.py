@@ -1,10 +1,10 @@
 """Llama 2 70B LoRA fine-tuning steps on one GPU: ours (the benchmark's own model build and step) against the
 peer a user would pick, Hugging Face `LlamaForCausalLM` + `peft` LoRA, side by side in one process.
 
-    python perf/bench_lora.py --layers 40 [--variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac24]
-        [--steps 6] [--warmup 2] [--seq 8192]
-    torchrun --nproc_per_node=4 perf/bench_lora.py --layers 80 --variants peft-bf16-ac,ours-fp8native
-    python perf/bench_lora.py --tiny          # CPU smoke test (under torchrun --nproc_per_node=2: FSDP2)
+    python -m perf.bench_lora --layers 40 [--variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac24]
+        [--steps 6] [--warmup 2] [--seq 8192] [--reference ours-bf16-ac-eager-torchdropout-sdpa]
+    torchrun --nproc_per_node=4 -m perf.bench_lora --layers 80 --variants peft-bf16-ac,ours-fp8native
+    python -m perf.bench_lora --tiny          # CPU smoke test (under torchrun --nproc_per_node=2: FSDP2)
 
 The 70B width (hidden 8192, FFN 28672, 64 / 8 heads, vocabulary 32000), `--layers` blocks, random frozen
 weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape).
@@ -24,10 +24,18 @@ peer), `-acN` the first N blocks only (ours), `-eager` no compile, `-fp8w` (with
 stored in FP8 (FP8_WEIGHTS=1: half the memory, no weight casts), `-pytorchcasts` FP8_CASTS=pytorch (no
 Triton), `-ckptinside` FP8 blocks compiled together with their checkpoint, as BF16 blocks (by default FP8
 blocks compile inside an eager checkpoint: `parallel.apply_compile`), `-keepattn` (with `-ac`) the recompute
-skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4),
-`-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel (LORA_KERNEL=pytorch). Ours also
+skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4), `-sdpa`
+PyTorch's SDPA (ATTENTION=sdpa), `-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel
+(LORA_KERNEL=pytorch). Ours also
 reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its backward.
 `--profile N` prints each variant's top N GPU kernels per step.
+
+Loss parity (`perf/parity.py`): every variant's per-step losses (every step it ran, from the first) against
+the reference variant's (`--reference`, run first, added when not listed: ours in bf16, eager, PyTorch's
+SDPA and dropout), all from the same initial weights (the peer's base gets ours: `parity.init_hf_like_ours`;
+its adapters are peft's own, one per projection) and the same row. Dropout draws other masks in the peer
+and in our Triton kernel than in the reference: part of what the tolerance allows. A variant that fails
+prints "invalid" instead of its speed ratio.
 
 Model FLOPs (printed with the results), LoRA accounting: the frozen base runs forward and input gradients but
 no weight gradients, so per token 4 x N (N: parameters without the input embedding) + 6 x seq x hidden x
@@ -49,12 +57,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from perf.bench_llama import matmul_peak, time_steps, versions  # noqa: E402
-from training.llama import parallel  # noqa: E402
-from training.llama.model import PRESETS, LlamaShape, cross_entropy  # noqa: E402
-from training.llama.parallel import Parallelism  # noqa: E402
-from training.llama.step import Step, train_step  # noqa: E402
+from perf import parity
+from perf.timing import matmul_peak, print_profile, time_steps, versions
+from training.llama import parallel
+from training.llama.model import PRESETS, LlamaShape, cross_entropy
+from training.llama.parallel import Parallelism
+from training.llama.step import Step, train_step
 
 TINY = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
                   vocab_size=256, max_seq_length=64, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
@@ -85,7 +93,7 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
            "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
            "FP8_WEIGHTS": str(int("fp8w" in modes)),
            "AC_KEEP_ATTENTION": str(int("keepattn" in modes)),
-           "ATTENTION": "flash4" if "flash4" in modes else "auto",
+           "ATTENTION": next((a for a in ("flash4", "sdpa") if a in modes), "auto"),
            "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto",
            "LORA_KERNEL": "pytorch" if "torchdropout" in modes else "auto"}  # fmt: skip
     if ac and ac[0] != "ac":
@@ -151,16 +159,13 @@ def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
         fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
         sharded = f"FSDP2 over {world} ranks ({str(dtype)[6:]} gather, fp32 reduce)"
     model.to_empty(device=device)
-    with torch.no_grad():  # HF's init for the base, peft's for the adapters (A kaiming, B zero)
+    parity.init_hf_like_ours(model, shape)  # our base's weights from the same seed (the same draws)
+    with torch.no_grad():  # peft's init for the adapters (A kaiming, B zero)
         for name, p in model.named_parameters():
             if "lora_A" in name:
                 torch.nn.init.kaiming_uniform_(p, a=5**0.5)
             elif "lora_B" in name:
                 torch.nn.init.zeros_(p)
-            elif name.endswith("norm.weight"):
-                torch.nn.init.ones_(p)
-            else:
-                torch.nn.init.normal_(p, 0.0, 0.02)
         inner = model.base_model.model.model
         inner.rotary_emb = type(inner.rotary_emb)(config=config).to(device)
     model.train()
@@ -209,8 +214,6 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
         info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
     times = time_steps(run, args.warmup, args.steps, device)
     if args.profile and device.type == "cuda" and rank_of(mesh) == 0:
-        from perf.bench_bert import print_profile
-
         print(f"{variant}:")
         print_profile(run, steps=2, top=args.profile)
     ms = statistics.median(times)
@@ -225,7 +228,7 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     losses = [float(x) for x in info.pop("losses")]
     return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
             "model_tflops": flops * tokens_per_s / 1e12, "peak_gib": peak, "first_step_s": first_s,
-            "first_loss": losses[0], "last_loss": losses[-1], **info}  # fmt: skip
+            "first_loss": losses[0], "last_loss": losses[-1], "losses": losses, **info}  # fmt: skip
 
 
 def main() -> int:
@@ -237,6 +240,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model on the CPU (smoke test)")
+    ap.add_argument("--reference", default="ours-bf16-ac-eager-torchdropout-sdpa",
+                    help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -263,7 +268,10 @@ def main() -> int:
     say = print if main_rank else (lambda *a, **k: None)
     say(f"{results['device']} x {world}, torch {torch.__version__}, {shape.num_layers} layers of the 70B "
         f"width, seq {seq}", flush=True)  # fmt: skip
-    for variant in args.variants.split(","):
+    variants = args.variants.split(",")
+    if args.reference != "none" and args.reference not in variants:
+        variants.insert(0, args.reference)
+    for variant in variants:
         try:
             r = bench(variant, shape, seq, args, device, mesh, world)
         except torch.cuda.OutOfMemoryError as err:
@@ -277,20 +285,25 @@ def main() -> int:
         torch.distributed.destroy_process_group()
     if not main_rank:
         return 0
+    parity.check_all(results["runs"], args.reference, parity.uniform_loss(shape.vocab_size))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_lora.json").write_text(json.dumps(results, indent=2) + "\n")
     peer = next((r for n, r in results["runs"].items() if n.startswith("peft") and "ms" in r), None)
     print(f"\n{results['device']} x {world}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, "
-          f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}")  # fmt: skip
-    print("| variant | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB | vs peer |")
-    print("|---|---|---|---|---|---|")
+          f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}; loss parity "
+          f"against {args.reference} (tolerance per step: {parity.TOLERANCE})")  # fmt: skip
+    print(
+        "| variant | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB | vs peer | loss parity |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, r in results["runs"].items():
         if "ms" not in r:
-            print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | |")
+            print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | | |")
             continue
-        ratio = f"{r['tokens_per_s'] / peer['tokens_per_s']:.2f}x" if peer else "-"
+        check = r.get("parity")
+        ratio = parity.ratio_cell(r["tokens_per_s"] / peer["tokens_per_s"] if peer else None, check)
         print(f"| {name} | {r['ms'] / 1e3:.3f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
-              f"{r['peak_gib']:.1f} | {ratio} |")  # fmt: skip
+              f"{r['peak_gib']:.1f} | {ratio} | {parity.column(check)} |")  # fmt: skip
     return 0
 
 

@@ -1,10 +1,10 @@
 """The throughput suite's step against torchtitan's, side by side in one launch: same model, sequence, batch
 and precision.
 
-    torchrun --nproc_per_node=1 perf/bench_throughput.py [--rows llama8b-bf16,llama8b-fp8,mistral-bf16]
+    torchrun --nproc_per_node=1 -m perf.bench_throughput [--rows llama8b-bf16,llama8b-fp8,mistral-bf16]
         [--peers ours,titan] [--layers 16] [--seq 8192] [--mbs 1] [--steps 8] [--warmup 3] [--no-compile]
         [--profile 30]
-    torchrun --nproc_per_node=2 perf/bench_throughput.py --tiny      # CPU (gloo) smoke test of this script
+    torchrun --nproc_per_node=2 -m perf.bench_throughput --tiny      # CPU (gloo) smoke test of this script
 
 Ours: the suite's own workload (`training.throughput.llm.build`, what `train_fsdp.py` runs: the Llama step,
 features and FP8 backend choice), one iteration per optimizer step. The peer: torchtitan 0.2.2 (the release
@@ -17,7 +17,14 @@ on the same random tokens. Mistral rows give torchtitan its FlexAttention with i
 width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
 FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
 FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
-step, as torchtitan's one-GPU step and ours before AdamW held them in bf16) and `titan`.
+step, as torchtitan's one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our
+step in bf16 (also for an FP8 row), eager, PyTorch's SDPA, autocast, run first for each row unless `--peers`
+names it elsewhere or `--no-reference`.
+
+Loss parity (`perf/parity.py`): every variant of ours records its per-step losses (every step, from the
+first) on the same initial weights (one seed) and the same batches as the row's reference (an FP8 row's is the
+bf16 row's where that ran), and is checked against it. torchtitan draws its own weights (its init, its RoPE
+layout) and tokens: its losses are recorded, checked only for a degenerate start.
 
 A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
 per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
@@ -40,13 +47,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from perf.bench_llama import time_steps  # noqa: E402  (CUDA events on a GPU, wall clock on the CPU)
-from training.common.backends import importable  # noqa: E402
-from training.llama import parallel  # noqa: E402
-from training.llama.model import LlamaShape  # noqa: E402
-from training.throughput import flops, llm  # noqa: E402
-from training.throughput.config import ModelSpec, RunArgs, load_model  # noqa: E402
+from perf import parity
+from perf.timing import print_profile, time_steps
+from training.common.backends import importable
+from training.llama import parallel
+from training.llama.model import LlamaShape
+from training.throughput import flops, llm
+from training.throughput.config import ModelSpec, RunArgs, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {  # row -> (config, MODEL_TYPE, FP8)
@@ -70,10 +77,12 @@ def shape_of(row: str, args) -> LlamaShape:
 def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, world: int):
     _, model_type, fp8 = ROWS[row]
     backend = "torchao" if variant == "ours-torchao" else "auto"
-    attention = "flash4" if variant == "ours-flash4" else "auto"
-    run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8, grad_accum=1,
-                  enable_compile=args.compile, fp8_backend=backend, attention=attention,
-                  bf16_weights=variant != "ours-autocast")  # fmt: skip
+    attention = {"ours-flash4": "flash4", "reference": "sdpa"}.get(variant, "auto")
+    reference = variant == "reference"
+    run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8 and not reference,
+                  grad_accum=1, enable_compile=args.compile and not reference, fp8_backend=backend,
+                  attention=attention, bf16_weights=variant not in ("ours-autocast", "reference"),
+                  )  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     return workload.make_step(args.mbs, 1), workload.backends
@@ -194,7 +203,7 @@ def titan_step(row: str, shape: LlamaShape, args, device, world: int):
 
 def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
     fp8 = ROWS[row][2]
-    if fp8 and device.type != "cuda":
+    if fp8 and device.type != "cuda" and variant != "reference":
         return {"skipped": "FP8 needs a GPU"}
     if variant == "ours-torchao" and not fp8:
         return {"skipped": "ours-torchao is an FP8 variant"}
@@ -205,19 +214,22 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
         return {"skipped": "torchtitan's window is FlexAttention, which has no backward on the CPU"}
     torch.manual_seed(0)
     if variant == "titan":
-        step, backends = titan_step(row, shape, args, device, world)
+        train, backends = titan_step(row, shape, args, device, world)
     else:
-        step, backends = ours_step(row, variant, shape, args, device, mesh, world)
+        train, backends = ours_step(row, variant, shape, args, device, mesh, world)
+    losses = []
+
+    def step():
+        losses.append(train())
+
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    first_loss = float(step())  # the first step compiles
+    step()  # the first step compiles
     first_s = time.perf_counter() - t0
     times = time_steps(step, args.warmup, args.steps, device)
-    last_loss = float(step())
+    step()
     if args.profile and device.type == "cuda" and dist.get_rank() == 0:
-        from perf.bench_bert import print_profile
-
         print(f"{row}:{variant}:")
         print_profile(step, steps=2, top=args.profile)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
@@ -235,8 +247,9 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
         },
         "peak_gib": float(peak),
         "first_step_s": first_s,
-        "first_loss": first_loss,
-        "last_loss": last_loss,
+        "first_loss": float(losses[0]),
+        "last_loss": float(losses[-1]),
+        "losses": parity.as_floats(losses),
         "layers": shape.num_layers,
         "backends": backends,
     }
@@ -258,6 +271,7 @@ def main() -> int:
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
+    ap.add_argument("--no-reference", dest="reference", action="store_false", help="no loss parity reference")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
@@ -279,8 +293,11 @@ def main() -> int:
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"{results['device']} x {world}, torch {torch.__version__}, seq {args.seq}, batch {args.mbs} per GPU",
         flush=True)  # fmt: skip
+    peers = args.peers.split(",")
+    if args.reference and "reference" not in peers:
+        peers.insert(0, "reference")
     for row in args.rows.split(","):
-        for variant in args.peers.split(","):
+        for variant in peers:
             name = f"{row}:{variant}"
             try:
                 r = bench(row, variant, args, device, mesh, world)
@@ -299,9 +316,25 @@ def main() -> int:
                 Path(os.environ["OUT"], "bench_throughput.json").write_text(
                     json.dumps(results, indent=2) + "\n"
                 )
+    check_parity(results["runs"], args)
+    if rank == 0 and os.environ.get("OUT"):
+        Path(os.environ["OUT"], "bench_throughput.json").write_text(json.dumps(results, indent=2) + "\n")
     say(table(results))
     dist.destroy_process_group()
     return 0
+
+
+def check_parity(runs: dict[str, dict], args) -> None:
+    """Each row's variants against its reference (an FP8 row's: its own, else the bf16 row's)."""
+    for row in args.rows.split(","):
+        reference = runs.get(f"{row}:reference", {})
+        if "losses" not in reference:
+            reference = runs.get(f"{row.replace('fp8', 'bf16')}:reference", {})
+        group = {name.partition(":")[2]: r for name, r in runs.items() if name.partition(":")[0] == row}
+        group.setdefault("reference", reference)
+        vocab = shape_of(row, args).vocab_size
+        skip = {"titan": "torchtitan draws its own weights (its init and RoPE layout) and tokens"}
+        parity.check_all(group, "reference", parity.uniform_loss(vocab), skip)
 
 
 def table(results: dict) -> str:
@@ -309,22 +342,23 @@ def table(results: dict) -> str:
         f"\n{results['device']} x {results['world_size']}, seq {results['seq']}, batch {results['mbs']} "
         "per GPU" + (f", {results['layers']} blocks (reduced depth)" if results["layers"] else ""),
         "| row | peer | ms/step | tokens/s/GPU | TFLOP/s/GPU (ours) | TFLOP/s/GPU (AMD's count) | peak GiB "
-        "| ours / torchtitan |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ours / torchtitan | loss parity |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results["runs"].items():
         row, peer = name.split(":")
         if "ms" not in r:
-            lines.append(f"| {row} | {peer} | {r.get('skipped') or r.get('error')} | | | | | |")
+            lines.append(f"| {row} | {peer} | {r.get('skipped') or r.get('error')} | | | | | | |")
             continue
         titan = results["runs"].get(f"{row}:titan", {})
-        ratio = "-"
+        ratio, check = None, r.get("parity")
         if peer != "titan" and "ms" in titan:
-            ratio = f"{r['tokens_per_s_per_gpu'] / titan['tokens_per_s_per_gpu']:.2f}x"
+            ratio = r["tokens_per_s_per_gpu"] / titan["tokens_per_s_per_gpu"]
         t = r["tflops_per_gpu"]
         lines.append(
             f"| {row} | {peer} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:,.0f} | {flops.fmt(t['ours'])} "
-            f"| {flops.fmt(t['amd'])} | {r['peak_gib']:.1f} | {ratio} |"
+            f"| {flops.fmt(t['amd'])} | {r['peak_gib']:.1f} | {parity.ratio_cell(ratio, check)} "
+            f"| {parity.column(check)} |"
         )
     return "\n".join(lines)
 

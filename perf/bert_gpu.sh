@@ -21,7 +21,7 @@ stages="${STAGES:-bench data runner curves}"
 work="$(mktemp -d)"
 
 if [[ ${stages} == *bench* ]]; then
-  "${PYTHON}" perf/bench_bert.py --variants "${BENCH_VARIANTS:-hf,eager,compiled,compiled_cudagraphs,compiled_fp8}" 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variants "${BENCH_VARIANTS:-hf,eager,compiled,compiled_cudagraphs,compiled_fp8}" 2>&1 |
     grep -v Warn |
     tee "${out}/bench.log"
   cp "${out}/bench_bert.json" "${out}/bench_synthetic.json"
@@ -30,7 +30,7 @@ fi
 ./input_preprocessing/prepare_data.sh --outputdir "${work}/bert_data" --packed-data --shards 8 \
   --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 500 > "${out}/prepare.log" 2>&1
 if [[ ${stages} == *data* ]]; then
-  "${PYTHON}" perf/bench_bert.py --variants "${DATA_VARIANT:-compiled}" --data "${work}/bert_data" --rows 50 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variants "${DATA_VARIANT:-compiled}" --data "${work}/bert_data" --rows 50 2>&1 |
     grep -v Warn |
     tee "${out}/bench_data.log"
 fi

@@ -13,7 +13,7 @@ if ((${#counts[@]} == 0)); then
 fi
 [[ ${counts[0]} == 1 ]] || { echo "bert_scaling.sh: the first count must be 1 (the baseline)" >&2; exit 2; }
 for n in "${counts[@]}"; do
-  "${PYTHON}" -m torch.distributed.run --standalone --nproc_per_node="${n}" perf/bench_bert.py \
+  "${PYTHON}" -m torch.distributed.run --standalone --nproc_per_node="${n}" -m perf.bench_bert \
     --variants "${VARIANT}" --steps 20 --warmup 6 2>&1 | grep -v Warn | tee "${out}/scaling_${n}gpu.log"
 done
 "${PYTHON}" - "${out}" "${VARIANT}" "${counts[@]}" <<'PY'

@@ -18,16 +18,16 @@ gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 run=(python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}")
 status=0  # a failed stage is reported at the end; the later stages still run
 if [[ " ${stages} " == *" hf "* ]]; then
-  OUT="${out}" "${run[@]}" perf/bench_llama.py --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
+  OUT="${out}" "${run[@]}" -m perf.bench_llama --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
     --steps 6 --warmup 2 2>&1 | tee "${out}/bench_llama.log" || status=1
 fi
 if [[ " ${stages} " == *" titan "* ]]; then
-  OUT="${out}" "${run[@]}" perf/bench_throughput.py --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
+  OUT="${out}" "${run[@]}" -m perf.bench_throughput --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
     --peers ours,titan --steps 6 --warmup 2 2>&1 | tee "${out}/bench_throughput.log" || status=1
 fi
 if [[ " ${stages} " == *" accum "* ]]; then
   mkdir -p "${out}/accum"
-  OUT="${out}/accum" "${run[@]}" perf/bench_llama.py --variants ours-fp8native-keep --accum $((16 / gpus)) \
+  OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --variants ours-fp8native-keep --accum $((16 / gpus)) \
     --steps 4 --warmup 1 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then

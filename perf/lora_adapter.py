@@ -1,7 +1,7 @@
 """One LoRA adapter's forward and backward at the Llama 2 70B width, our Triton dropout-and-A kernel against
 PyTorch's dropout then A, both compiled (what a block runs), and the kernel's check on this GPU.
 
-    python perf/lora_adapter.py [--tokens 8192] [--width 8192] [--out 10240] [--rank 16] [--sweep]
+    python -m perf.lora_adapter [--tokens 8192] [--width 8192] [--out 10240] [--rank 16] [--sweep]
 
 Each row: y = base + (alpha / rank) * B(A(dropout(x))) with x (tokens, width) bf16 and base (tokens, out), the
 frozen projection's output it is added to, then y's sum backward (x's and the adapter's gradients). CUDA-event
@@ -22,15 +22,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from perf.bench_bert import time_steps  # noqa: E402
-from training.lora import LoraAdapter, LoraSettings, fused  # noqa: E402
+from perf.timing import time_steps
+from training.lora import LoraAdapter, LoraSettings, fused
 
 kernels = fused.kernels  # None without Triton
 
 
 def median_ms(fn, warmup: int = 5, runs: int = 20) -> float:
-    return statistics.median(time_steps(fn, warmup, runs))
+    return statistics.median(time_steps(fn, warmup, runs, torch.device("cuda", torch.cuda.current_device())))
 
 
 def sweep(x: torch.Tensor, rank: int) -> dict:

@@ -22,7 +22,7 @@ gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 (( gpus >= 1 && 8 % gpus == 0 )) || { echo "lora_gpu.sh: ${gpus} GPUs do not divide GBS 8" >&2; exit 1; }
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
-  OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" perf/bench_lora.py --layers 80 \
+  OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 \
     --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi

@@ -4,19 +4,15 @@ token vocabulary on two random 256-token sequences, at three widths, then scores
 model that saw the next token would score the fresh one low too; memorisation leaves it at ln(vocabulary),
 11.76.
 
-    python perf/memorisation.py
+    python -m perf.memorisation
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from training.llama.model import Llama, LlamaShape, cross_entropy  # noqa: E402
-from training.throughput.llm import BETAS, CLIP_NORM, EPS, LR, WEIGHT_DECAY  # noqa: E402
+from training.llama.model import Llama, LlamaShape, cross_entropy
+from training.throughput.llm import BETAS, CLIP_NORM, EPS, LR, WEIGHT_DECAY
 
 VOCAB, SEQ, STEPS = 128256, 256, 3
 

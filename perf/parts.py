@@ -1,6 +1,6 @@
 """Parts of the training steps on one GPU, each variant against the way the step does it now.
 
-    python perf/parts.py [llama-optim] [adamw-sweep] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast]
+    python -m perf.parts [llama-optim] [adamw-sweep] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast]
         [fp8-linear] [fp8-mlp]
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import sys
 from functools import partial
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from perf.attention import table, timed  # noqa: E402
-from training.llama.model import LlamaShape  # noqa: E402
+from perf.attention import table, timed
+from training.llama.model import LlamaShape
 
 DEV = torch.device("cuda")
 BF16 = torch.bfloat16

@@ -17,7 +17,7 @@ run() { # run TREE NAME COMMAND...
 }
 for tree in "${old}" .; do
   tag=$([[ ${tree} == . ]] && echo new || echo old)
-  run "${tree}" "bert_${tag}" python perf/bench_bert.py --variants compiled_fp8native_bf16res --steps 20 --warmup 6
-  run "${tree}" "llama_${tag}" python -m torch.distributed.run --standalone --nproc_per_node=1 perf/bench_llama.py \
+  run "${tree}" "bert_${tag}" python -m perf.bench_bert --variants compiled_fp8native_bf16res --steps 20 --warmup 6
+  run "${tree}" "llama_${tag}" python -m torch.distributed.run --standalone --nproc_per_node=1 -m perf.bench_llama \
     --variants ours-bf16,ours-fp8native --layers 8 --steps 10 --warmup 3
 done

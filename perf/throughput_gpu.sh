@@ -19,7 +19,7 @@ if [[ " ${stages} " == *" window "* ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/throughput/test_window.py -k gpu 2>&1 | tee "${out}/window_gpu.log" || status=1
 fi
 if [[ " ${stages} " == *" bench "* ]]; then
-  "${run[@]}" perf/bench_throughput.py --layers "${LAYERS:-24}" --rows "${ROWS:-llama8b-bf16,llama8b-fp8,mistral-bf16}" \
+  "${run[@]}" -m perf.bench_throughput --layers "${LAYERS:-24}" --rows "${ROWS:-llama8b-bf16,llama8b-fp8,mistral-bf16}" \
     --peers "${PEERS:-ours,titan}" --steps 6 --warmup 2 2>&1 | tee "${out}/bench_throughput.log" || status=1
 fi
 if [[ " ${stages} " == *" command "* ]]; then

@@ -1,4 +1,5 @@
-"""perf/bench_llama.py's logic on CPU: 2 gloo ranks, a tiny model, ours and Hugging Face's under FSDP2."""
+"""perf/bench_llama.py's logic on CPU: 2 gloo ranks, a tiny model, ours and Hugging Face's under FSDP2, each
+variant's losses checked against the reference's (`perf/parity.py`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.llama.helpers import ROOT, subprocess_env
+from tests.llama.helpers import subprocess_env
 
 pytest.importorskip("transformers")
 
@@ -22,7 +23,8 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
-        str(ROOT / "perf" / "bench_llama.py"),
+        "-m",
+        "perf.bench_llama",
         "--tiny",
         "--steps",
         "2",
@@ -32,7 +34,7 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         "--accum",
         "2",
         "--variants",
-        "ours-bf16,hf-bf16,ours-fp8,ours-bf16-keep",
+        "ours-bf16,hf-bf16,ours-fp8,ours-fp8native,ours-bf16-keep",
     ]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env=subprocess_env(OUT=str(tmp_path)), timeout=300
@@ -48,7 +50,11 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
     for r in (ours, hf, keep):
         assert r["tokens_per_s_per_gpu"] > 0 and r["model_tflops_per_gpu"] > 0
         assert 5.5 < r["first_loss"] < 7.0  # ~ln(512) from a random init on random tokens
-    assert result["runs"]["ours-fp8"] == {"skipped": "FP8 needs a GPU"}
-    table = proc.stdout.rstrip().splitlines()[-4:]  # the table comes last
-    assert table[0].startswith("| ours-bf16 |") and table[-1].startswith("| ours-bf16-keep |")
-    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \|$", table[-1]), table[-1]  # vs HF bf16, twice
+        assert r["first_loss"] == pytest.approx(hf["first_loss"], rel=1e-5)  # the same weights and batch
+        assert r["parity"]["ok"] and len(r["losses"]) == 1 + 1 + 2  # compile + warm-up + timed
+    assert result["runs"]["ours-fp8"] == {"skipped": "torchao's FP8 needs a GPU"}
+    assert result["runs"]["ours-fp8native"]["parity"]["tolerance"] == 0.05
+    table = proc.stdout.rstrip().splitlines()[-6:]  # the table comes last, the reference first
+    assert table[0].startswith("| ours-bf16-eager-torchadamw |") and "reference (not degenerate)" in table[0]
+    assert table[-1].startswith("| ours-bf16-keep |")
+    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \| ok \(", table[-1]), table[-1]  # vs HF bf16, twice

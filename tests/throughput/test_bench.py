@@ -7,12 +7,12 @@ import json
 import subprocess
 import sys
 
-from tests.throughput.test_command import ROOT, env
+from tests.throughput.test_command import env
 
 
 def test_bench_tiny_runs_and_writes_json(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(ROOT / "perf" / "bench_throughput.py"), "--tiny", "--steps", "2", "--warmup", "1",
+           "-m", "perf.bench_throughput", "--tiny", "--steps", "2", "--warmup", "1",
            "--no-compile", "--rows", "llama8b-bf16,llama8b-fp8,mistral-bf16"]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**env(), "OUT": str(tmp_path)}, timeout=600
@@ -25,6 +25,7 @@ def test_bench_tiny_runs_and_writes_json(tmp_path):
         ours = runs[f"{row}:ours"]
         assert ours["tokens_per_s_per_gpu"] > 0 and ours["tflops_per_gpu"]["amd"] > 0
         assert 5.5 < ours["first_loss"] < 7.0  # ~ln(512): random weights, random tokens
+        assert ours["parity"]["ok"] and ours["losses"][0] == runs[f"{row}:reference"]["losses"][0]
     assert "sliding window 32" in runs["mistral-bf16:ours"]["backends"]["attention"]
     assert runs["llama8b-fp8:ours"] == {"skipped": "FP8 needs a GPU"}
     titan = runs["llama8b-bf16:titan"]

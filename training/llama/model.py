@@ -422,8 +422,14 @@ def init_weights(module: nn.Module, shape: LlamaShape, prefix: str = "") -> None
     features reordered its modules (the FP8 MLP swap), or one materialized part by part in that order, gets
     the same weights from the same seed; parameters a plain model does not have (LoRA's adapters) are left
     to their owner. Works on sharded (DTensor) parameters."""
+    init_parameters(dict(module.named_parameters()), shape, prefix)
+
+
+@torch.no_grad()
+def init_parameters(params: dict[str, torch.Tensor], shape: LlamaShape, prefix: str = "") -> None:
+    """`init_weights` on parameters given by their names in our model without `prefix` (another model's, such
+    as Hugging Face's, mapped to ours: `perf/parity.py` gives a peer the same weights this way)."""
     out_std = shape.init_std / math.sqrt(2 * shape.num_layers)
-    params = dict(module.named_parameters())
     for name in canonical_names(shape):
         param = params.get(name[len(prefix) :]) if name.startswith(prefix) else None
         if param is None:

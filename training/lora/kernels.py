@@ -24,7 +24,7 @@ COLS = 128  # columns per tile: K must be a multiple
 BM = 32  # rows per tile
 SPLIT = 16  # row ranges the backward splits A's gradient over (partial sums, added after)
 FORWARD_SPLIT = 4  # column ranges the forward splits the product over (partial sums, added after)
-WARPS = 4  # per program; these four the fastest of `python perf/lora_adapter.py --sweep` on an H100
+WARPS = 4  # per program; these four the fastest of `python -m perf.lora_adapter --sweep` on an H100
 
 
 @triton.jit

@@ -1,0 +1,72 @@
+"""What every bench in `perf/` times and records the same way: steps timed with CUDA events (wall clock on the
+CPU), the machine's bf16 matmul rate, the top GPU kernels of a step, the versions of what ran.
+
+The benches are modules of this package: run them as `python -m perf.bench_lora ...` or
+`torchrun --nproc_per_node=4 -m perf.bench_llama ...` from the repository root.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def time_steps(step, warmup: int, steps: int, device: torch.device, host: list | None = None) -> list[float]:
+    """Milliseconds per step: CUDA events on a GPU, wall clock on the CPU. On a GPU `host` (if given) gets the
+    milliseconds the CPU took to issue each step: near the step's own time, the step waits on the CPU."""
+    for _ in range(warmup):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            start.record()
+            step()
+            end.record()
+            if host is not None:
+                host.append((time.perf_counter() - t0) * 1e3)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def matmul_peak(device: torch.device) -> float | None:
+    """This GPU's bf16 matmul rate on an 8192^3 product, TFLOP/s (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+    ms = statistics.median(time_steps(lambda: a @ b, 5, 20, device))
+    return 2 * 8192**3 / ms / 1e9
+
+
+def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
+    """GPU kernel time per step, largest first (torch.profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step_fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    events.sort(key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in events) / steps / 1e3
+    print(f"profile: {total:.1f} ms of GPU kernels per step")
+    for e in events[:top]:
+        print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
+
+
+def versions() -> dict:
+    """The versions `training.common.backends` records for a run (torch's alone if that fails)."""
+    from training.common import backends
+
+    try:
+        return backends.versions()
+    except Exception as err:  # noqa: BLE001 - e.g. mlperf-logging not installed: the benchmark still runs
+        return {"torch": torch.__version__, "error": f"{type(err).__name__}: {err}"}
