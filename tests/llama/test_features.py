@@ -134,8 +134,11 @@ def test_native_fp8_mlp_fused_gives_the_bits_of_its_three_linears():
 
 
 def test_fp8_auto_falls_back_to_native_and_needs_a_library_on_mi300(monkeypatch):
-    """auto: Transformer Engine, else ours where the OCP FP8 formats run, else torchao; an MI300-class GPU
-    (FNUZ formats only) with neither library has no backend."""
+    """auto: ours where the OCP FP8 formats run (even where Transformer Engine is importable: ours is the path
+    measured and checked here), else Transformer Engine, else torchao; an MI300-class GPU (FNUZ formats only)
+    with neither library has no backend."""
+    monkeypatch.setattr(fp8_module, "importable", lambda module: True)
+    assert fp8_module.choose_backend("auto") == "native"
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     assert apply_fp8(fresh(), Fp8Settings()).backend == "native"
     no_fp8_backend(monkeypatch)

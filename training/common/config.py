@@ -118,7 +118,7 @@ class RunSettings:
     fp8_backend: str = var(
         "FP8_BACKEND",
         "auto",
-        help="PRECISION=fp8: auto (Transformer Engine, else native where OCP FP8 runs, else torchao) | te | "
+        help="PRECISION=fp8: auto (native where OCP FP8 runs, else Transformer Engine, else torchao) | te | "
         "torchao | native (ours)",
     )
     fp8_casts: str = var(

@@ -35,13 +35,19 @@ def fp8_problems(cfg: RunSettings) -> list[str]:
 
 
 def fp8_backend_auto() -> str:
-    """What FP8_BACKEND=auto picks on this machine, or why none."""
+    """What FP8_BACKEND=auto picks on this machine (and why not Transformer Engine, where the image has it),
+    or why none."""
+    from training.common.backends import importable
     from training.fp8 import choose_backend
 
     try:
-        return choose_backend("auto")
+        chosen = choose_backend("auto")
     except ValueError as err:
         return f"none ({err})"
+    if chosen == "native" and importable("transformer_engine"):
+        chosen += (" (Transformer Engine is importable but has not run on this project's GPUs; native is the "
+                   "path measured and curve-checked: perf/RESULTS.md. FP8_BACKEND=te asks for it)")  # fmt: skip
+    return chosen
 
 
 def check_gpus(wanted: int, cpu_demo: bool) -> list[str]:

@@ -4,9 +4,10 @@
 
 It swaps the blocks' linear layers (and, for our own backend, whole MLPs) for FP8 ones and returns an `Fp8`
 with what the training loop needs (a context around forward, a hook after each weight update) and a line
-describing what it did. Backends (`auto`): Transformer Engine where the image has it, else our own
-delayed-scaling path where the OCP FP8 formats run (NVIDIA, MI350-class, CPU), else torchao's float8 training;
-or one of them by name. Ours (`native`) is in `native.py`, its casts in `casts.py` and `kernels.py`,
+describing what it did. Backends (`auto`): our own delayed-scaling path where the OCP FP8 formats run
+(NVIDIA, MI350-class, CPU; the one measured and curve-checked here), else Transformer Engine where the image
+has it (MI300X / MI325X), else torchao's float8 training; or one of them by name (`te` has not run on this
+project's GPUs). Ours (`native`) is in `native.py`, its casts in `casts.py` and `kernels.py`,
 FSDP2 all-gathers in FP8 in `gather.py`. Models import nothing from here; the benchmark names the MLP layout
 to fuse (`MlpLayout`) and passes its settings in.
 """
@@ -72,13 +73,15 @@ def choose_backend(requested: str) -> str:
                 "MI300X / MI325X) does not multiply; use FP8_BACKEND=te or torchao"
             )
         return requested
-    if requested == "auto":  # Transformer Engine, else ours where the OCP FP8 formats run, else torchao
-        if importable("transformer_engine"):
-            return "te"
+    if requested == "auto":  # ours where the OCP FP8 formats run, else Transformer Engine, else torchao
         if not _rocm_arch().startswith("gfx94"):
-            # faster than torchao's float8 wherever both were measured (BERT, Llama 3.1 8B, the throughput
-            # suite), and torchao's crashed the 8B trainer on 4 x H200 (perf/RESULTS.md, 2026-11-26)
+            # the path measured and checked here: faster than torchao's float8 wherever both were measured
+            # (BERT, Llama 3.1 8B, the throughput suite), its curves checked against bf16 references
+            # (perf/curve_parity.py); Transformer Engine, though NGC and ROCm images ship it, has never run
+            # on this project's GPUs (not installable there): one explicit FP8_BACKEND=te away
             return "native"
+        if importable("transformer_engine"):  # MI300X / MI325X: their FNUZ formats, through AMD's TE
+            return "te"
         if importable("torchao"):
             return "torchao"
         raise ValueError("FP8 needs Transformer Engine or torchao; neither is importable")
