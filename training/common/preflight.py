@@ -45,8 +45,8 @@ def fp8_backend_auto() -> str:
     except ValueError as err:
         return f"none ({err})"
     if chosen == "native" and importable("transformer_engine"):
-        chosen += (" (Transformer Engine is importable but has not run on this project's GPUs; native is "
-                   "the path measured and curve-checked: perf/RESULTS.md. FP8_BACKEND=te asks for it)")  # fmt: skip
+        why = "has not run on this project's GPUs; native is the path measured and curve-checked"
+        chosen += f" (Transformer Engine importable, but {why}: perf/RESULTS.md; FP8_BACKEND=te asks for it)"
     return chosen
 
 
