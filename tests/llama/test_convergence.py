@@ -1,0 +1,38 @@
+"""The local convergence check's tiny form on the CPU: the 8B small default, shortened, 3 seeds each of the
+plain reference and native FP8 (issue 34)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.llama.helpers import ROOT, subprocess_env
+
+
+@pytest.mark.slow
+def test_the_tiny_form_runs_both_modes_and_reports(tmp_path, demo_data):
+    out = tmp_path / "check"
+    short = [
+        "SEQ_LENGTH=64",
+        "EVAL_EVERY=256",
+        "EVAL_SAMPLES=256",
+        "TARGET=7.0",
+        "MAX_SAMPLES_TERMINATION=1024",
+    ]
+    cmd = [sys.executable, "-m", "training.convergence", "llama31_8b", "--datadir", str(demo_data), "--seeds",
+           "3", "--set", "PRECISION=fp8", "--set", "FP8_BACKEND=native", "--out", str(out)]  # fmt: skip
+    for item in short:
+        cmd += ["--reduce", item]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=900)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    summary = json.loads((out / "convergence.json").read_text())
+    assert [r["mode"] for r in summary["runs"]] == ["reference", "mode"] * 3
+    assert summary["mode"] == {"PRECISION": "fp8", "FP8_BACKEND": "native"}
+    assert summary["reference"]["PRECISION"] == "fp32"
+    assert all(r["converged"] for r in summary["runs"]), summary["runs"]
+    assert summary["verdict"]["ok"] == (done.returncode == 0)
+    assert (out / "convergence.png").stat().st_size > 0 and "verdict" in (out / "convergence.md").read_text()
+    assert "[6/6] mode seed 3: converged" in done.stdout
