@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 34's measurements on one GPU, by STAGES (wheels carried in .whl: torchao, mlperf-logging, megatron-core;
+# the small defaults' data carried in .conv_data/{llama,bert,lora}, prepared on the CPU with each benchmark's
+# `prepare_data.sh --sample` / demo command):
+#   tests     the CPU tests of the build, FP8 calibration and parity verdicts, on this machine
+#   curves    perf/curve_parity.py: ours against Hugging Face (+ peft), 50 steps, bf16 and FP8 (CURVE_PARTS)
+#   converge  python -m training.convergence for each benchmark's fastest mode, SEEDS seeds (CONVERGE)
+#   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug)
+# Usage (repo root): OUT=/some/dir [STAGES="tests curves"] bash perf/parity_gpu.sh
+set -euo pipefail
+out="${OUT:?set OUT to a folder for the results}"
+export PYTHONUNBUFFERED=1
+stages="${STAGES:-tests curves}"
+status=0  # a failed stage is reported at the end; the later stages still run
+if [[ " ${stages} " == *" tests "* ]]; then
+  python3 -m pytest -q -p no:cacheprovider tests/llama/test_build.py tests/test_fp8.py tests/test_parity.py \
+    2>&1 | tail -n 5 || status=1
+fi
+if [[ " ${stages} " == *" curves "* ]]; then
+  read -r -a parts <<<"${CURVE_PARTS:-lora llama bert}"
+  python3 -m perf.curve_parity "${parts[@]}" --steps "${CURVE_STEPS:-50}" 2>&1 | tee "${out}/curve_parity.log" |
+    grep -v '^  [a-z]*: {' || status=1
+fi
+if [[ " ${stages} " == *" converge "* ]]; then
+  for bench in ${CONVERGE:-llama31_8b bert llama2_70b_lora}; do
+    case "${bench}" in
+      llama31_8b) mode=(--config configs/llama31_8b/config_H200_1x8x1_8b.sh) data=.conv_data/llama ;;
+      bert) mode=(--set PRECISION=fp8 --set FP8_BACKEND=native --set COMPILE=1 --set RESIDUAL_DTYPE=bf16)
+        data=.conv_data/bert ;;
+      llama2_70b_lora) mode=(--config configs/llama2_70b_lora/config_H200_1x8x1.sh) data=.conv_data/lora ;;
+      *) echo "parity_gpu.sh: no convergence stage for ${bench}" >&2 && exit 2 ;;
+    esac
+    work="${TMPDIR:-/tmp}/convergence_${bench}_$$"  # logs stay there; the report and plot come back
+    python3 -m training.convergence "${bench}" --datadir "${data}" "${mode[@]}" --seeds "${SEEDS:-3}" \
+      --out "${work}" 2>&1 | tee -a "${out}/convergence.log" || status=1
+    cp "${work}/convergence.json" "${out}/convergence_${bench}.json" || status=1
+    cp "${work}/convergence.png" "${out}/convergence_${bench}.png" || status=1
+  done
+fi
+if [[ " ${stages} " == *" lora "* ]]; then
+  python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 --warmup 1 \
+    --variants "${LORA_VARIANTS:-peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac}" 2>&1 |
+    tee "${out}/bench_lora.log" | grep -v '^  [a-z0-9-]*: {' || status=1
+fi
+exit "${status}"
