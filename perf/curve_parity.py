@@ -10,8 +10,8 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
   (r 16, alpha 32, on q, k, v, o) with the three q/k/v adapters sharing one A, which is exactly our fused
   q|k|v adapter (one A, B's rows split), given our base weights and A; AdamW (torch) over the adapters, clip
   0.3, lr 4e-4 (5 warm-up steps, cosine). Ours: eager with PyTorch kernels, the trainer's defaults (its
-  attention, AdamW and dropout kernel; blocks not compiled, as the GPU configs run), native FP8, native FP8 with
-  the frozen base stored in FP8 (FP8_WEIGHTS).
+  attention, AdamW and dropout kernel; blocks not compiled, as the GPU configs run), native FP8, native FP8
+  with the frozen base stored in FP8 (FP8_WEIGHTS).
 - llama: Llama 3.1 8B's width, `--layers` blocks, 4 rows of 2048 tokens a step; the reference is Hugging Face
   `LlamaForCausalLM` given our initial weights (float32 masters, bf16 autocast); AdamW (torch) with
   betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 5 warm-up steps to 3e-4 then cosine. Ours: eager,
