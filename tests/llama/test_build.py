@@ -144,4 +144,4 @@ def test_the_lora_benchmark_with_fp8_weights_builds_a_model_that_computes(monkey
         model, _, _ = lora_model.build_model(cfg, cfg.parallelism(1), None, CPU, "fp8")
         assert torch.equal(model.norm.weight, torch.ones_like(model.norm.weight))
         losses.append(first_losses(model, steps=1)[0])
-    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)  # (the bug: 3.5e-4 off)
