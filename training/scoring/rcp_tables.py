@@ -107,7 +107,7 @@ def _table_on(ruleset: str, benchmark: str, spec: str) -> RcpTable:
         if git_blob_id((PACKAGE_TABLES / rel).read_bytes()) != version["blob"]:
             raise ValueError(f"--rcp-table {spec}: mlperf-logging {MLPERF_LOGGING_VERSION}'s {rel} is not "
                              f"the version of {day} ({_where(version)})")  # fmt: skip
-        return RcpTable(None, f"{table.name}, as on master on {day}")
+        return RcpTable(None, f"{table.name}, as on {UPSTREAM} master on {day}")
     path = HISTORY / version["file"]
     return RcpTable(path, f"{rel} as on {UPSTREAM} master on {day} ({_where(version)}; "
                           f"kept in training/scoring/rcp_history/{version['file']})")  # fmt: skip

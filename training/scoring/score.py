@@ -208,14 +208,16 @@ def score_logdir(
     factor = rcp.normalization_factor if shipped is None else shipped
     with_rcp_factor = None
     if shipped is not None and rcp.passed is not None and shipped != rcp.normalization_factor:
-        with_rcp_factor = mean * rcp.normalization_factor if official else None
-        notes.append(
-            f"scaling.json beside the logs says {shipped!r}, the RCP check with {table.name} "
-            f"{rcp.normalization_factor!r}. The score applies scaling.json's, as MLCommons' result "
-            "summarizer does (the published scores were so computed); a submitter's RCP check writes that "
-            "file with the table of its day. With the RCP check's factor: "
-            + (f"{with_rcp_factor:.6f} min." if with_rcp_factor is not None else "no score either.")
-        )
+        said = (f"scaling.json beside the logs says {shipped!r}, the RCP check with {table.name} "
+                f"{rcp.normalization_factor!r}.")  # fmt: skip
+        if official:
+            with_rcp_factor = mean * rcp.normalization_factor
+            said += (
+                " The score applies scaling.json's, as MLCommons' result summarizer does (the published "
+                "scores were so computed; a submitter's RCP check writes that file with the table of its "
+                f"day). With the RCP check's factor: {with_rcp_factor:.6f} min."
+            )
+        notes.append(said)
     return {
         "logdir": str(logdir),
         "benchmark": rules.name,
