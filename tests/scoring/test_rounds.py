@@ -153,6 +153,12 @@ def test_a_bad_rcp_table_is_one_clear_error(tmp_path, monkeypatch, capsys, spec,
     assert not (logdir / "summary.md").exists()
 
 
+def test_rcp_table_from_a_file():
+    path = HISTORY / "rcps_llama31_8b_5.1.0_2025-10-09.json"
+    table = choose_table("5.1.0", "llama31_8b", str(path))
+    assert (table.path, table.name) == (path, f"{path} (given with --rcp-table)")
+
+
 def test_rcp_table_none_for_a_ruleset_without_the_benchmark():
     assert choose_table("4.1.0", "llama31_8b").name == (
         "none: mlperf-logging 4.1.68 has no training_4.1.0/rcps_llama31_8b.json"

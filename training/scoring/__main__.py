@@ -7,8 +7,8 @@ The summary says which division, ruleset and RCP table it used, and why:
 - division: --division, else the system description beside the logs in MLCommons' layout
   (<submitter>/systems/<system>.json for <submitter>/results/<system>/<benchmark>/), else the logs'
   submission_division. Open results get no RCP check, as in MLCommons' result summarizer.
-- ruleset: --ruleset, else guessed from the run dates (the first round of the benchmark published after the
-  last run; runs newer than its last round get the benchmark's ruleset for new runs).
+- ruleset: --ruleset, else guessed from the run dates (the first round of the benchmark published on or
+  after the last run; runs newer than its last round get the benchmark's ruleset for new runs).
 - RCP table: mlperf-logging's own for the ruleset, else --rcp-table YYYY-MM-DD (the table as on
   mlcommons/logging master that day, from training/scoring/rcp_history) or --rcp-table FILE.
 A scaling.json beside the logs is applied as the summarizer applies it; where the RCP check gives another

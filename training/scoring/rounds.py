@@ -74,7 +74,7 @@ def choose_ruleset(
     return RulesetChoice(
         found.ruleset,
         True,
-        f"guessed from the run dates: the last run is of {last}, and round {found.ruleset[:3]} (published "
+        f"from the run dates: the last run is of {last}, and round {found.ruleset[:3]} (published "
         f"{found.published}) is the first round of {benchmark} after it{earlier}; runs sent again to a later "
         "round cannot be told apart: pass --ruleset to set it",
     )
