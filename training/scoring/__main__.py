@@ -1,7 +1,18 @@
-"""python -m training.scoring LOGDIR [--ruleset X] [--out DIR] [--package OUTDIR]
+"""python -m training.scoring LOGDIR [--ruleset X] [--division D] [--rcp-table T] [--out DIR]
+                            [--package OUTDIR]
 
 Scores the MLPerf logs in LOGDIR (time to train, olympic mean, RCP check and normalization), writes
 summary.md, summary.json and eval_accuracy.png into LOGDIR (or --out) and prints the markdown.
+The summary says which division, ruleset and RCP table it used, and why:
+- division: --division, else the system description beside the logs in MLCommons' layout
+  (<submitter>/systems/<system>.json for <submitter>/results/<system>/<benchmark>/), else the logs'
+  submission_division. Open results get no RCP check, as in MLCommons' result summarizer.
+- ruleset: --ruleset, else guessed from the run dates (the first round of the benchmark published on or
+  after the last run; runs newer than its last round get the benchmark's ruleset for new runs).
+- RCP table: mlperf-logging's own for the ruleset, else --rcp-table YYYY-MM-DD (the table as on
+  mlcommons/logging master that day, from training/scoring/rcp_history) or --rcp-table FILE.
+A scaling.json beside the logs is applied as the summarizer applies it; where the RCP check gives another
+factor, the summary gives both scores.
 Exit status: 0 when every run converged, 1 when one did not (the summary lists why), 2 when no summary was
 written (no logs, or it could not be written: the error names the file).
 
@@ -15,6 +26,7 @@ import sys
 from pathlib import Path
 
 from . import package
+from .division import DIVISIONS
 from .report import write_summary
 from .score import score_logdir
 
@@ -28,14 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "logdir", type=Path, help="folder of result_*.txt or <benchmark>_<system>_<i>.log files"
     )
-    parser.add_argument("--ruleset", help="mlperf_logging ruleset, e.g. 4.1.0 (default: the benchmark's)")
+    parser.add_argument("--ruleset", help="mlperf_logging ruleset, e.g. 4.1.0 (default: from the run dates)")
+    parser.add_argument(
+        "--division", choices=DIVISIONS, help="default: the system description, else the logs"
+    )
+    parser.add_argument(
+        "--rcp-table", metavar="DATE|FILE", help="RCP table: as on that day (YYYY-MM-DD) or a file"
+    )
     parser.add_argument("--out", type=Path, help="where the summary goes (default: LOGDIR)")
     parser.add_argument("--package", type=Path, metavar="OUTDIR", help="write and check the submission tree")
     args = parser.parse_args(argv)
     try:
         if args.package:
             package.refuse_nonempty(args.package)  # before the minutes of scoring
-        summary = score_logdir(args.logdir, args.ruleset)
+        summary = score_logdir(args.logdir, args.ruleset, args.division, args.rcp_table)
         markdown = write_summary(summary, args.out or args.logdir)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,13 +60,21 @@ def _not_converged(like: Run) -> str:
     return "".join(f":::MLLOG {json.dumps(record)}\n" for record in records)
 
 
-def rcp_check(logs: list[Path], ruleset: str, damaged: Collection[Path] = ()) -> RcpResult:
-    """mlperf_logging's RCP check (pruned RCPs) of one benchmark's runs. The checker globs `result_*.txt`,
-    so it reads a temporary folder of symlinks; `set_scaling=False` keeps it from writing scaling.json.
-    A `damaged` log, which the checker's own reading would raise on, is staged as a run that did not
-    converge (how the scorer counts it), so that the checker drops the same runs as the olympic mean."""
+def rcp_check(
+    logs: list[Path], ruleset: str, damaged: Collection[Path] = (), table: Path | None = None
+) -> RcpResult:
+    """mlperf_logging's RCP check (pruned RCPs) of one benchmark's runs, against `table` (an RCP table file,
+    as the checker's --custom_rcps) or by default the package's table of the ruleset. The checker globs
+    `result_*.txt`, so it reads a temporary folder of symlinks; `set_scaling=False` keeps it from writing
+    scaling.json. A `damaged` log, which the checker's own reading would raise on, is staged as a run that
+    did not converge (how the scorer counts it), so that the checker drops the same runs as the olympic
+    mean."""
     first = next(read_run(log) for log in logs if log not in damaged)
-    with tempfile.TemporaryDirectory(prefix="rcp_") as staged, captured_root_log() as lines:
+    with (
+        tempfile.TemporaryDirectory(prefix="rcp_") as staged,
+        captured_root_log() as lines,
+        open(table) if table else nullcontext() as rcp_file,
+    ):
         for i, log in enumerate(logs):
             if log in damaged:
                 (Path(staged) / f"result_{i}.txt").write_text(_not_converged(first))
@@ -78,6 +86,7 @@ def rcp_check(logs: list[Path], ruleset: str, damaged: Collection[Path] = ()) ->
             ruleset,
             verbose=False,
             bert_train_samples=False,
+            rcp_file=rcp_file,
             rcp_pass="pruned_rcps",
             set_scaling=False,
         )

@@ -33,15 +33,21 @@ def to_markdown(summary: dict) -> str:
     rcp = s["rcp"]
     rcp_status = {True: "PASSED", False: "FAILED", None: "skipped"}[rcp["passed"]]
     score = s["score_minutes"]
+    guessed = " (**guessed**)" if s["ruleset_guessed"] else ""
+    unused = " (not used: open division)" if s["division"] == "open" else ""
     lines += [
         "",
         "## Score",
         "",
-        f"- ruleset {s['ruleset']}; target eval_accuracy {s['official_target']} ({better} is better); "
+        f"- division {s['division']}: {s['division_source']}",
+        f"- ruleset {s['ruleset']}{guessed}: {s['ruleset_source']}",
+        f"- RCP table{unused}: {s['rcp_table']}",
+        f"- target eval_accuracy {s['official_target']} ({better} is better); "
         f"an official score needs {s['required_runs']} runs",
         f"- mean time to train: {_fmt(s['mean_minutes'], '.6f')} min ({s['mean_method']})",
         f"- RCP check: {rcp_status} ({rcp['message']}), "
         f"normalization factor {rcp['normalization_factor']:.6f}",
+        f"- normalization applied: {s['normalization_factor']:.6f} ({s['normalization_source']})",
         f"- **score: {_fmt(score, '.6f')} min**" + ("" if score is not None else " (no valid MLPerf score)"),
     ]
     if s["notes"]:

@@ -1,14 +1,23 @@
-"""Score a folder of MLPerf runs the way MLCommons does: time to train, olympic mean, RCP normalization."""
+"""Score a folder of MLPerf runs the way MLCommons does: time to train, olympic mean, RCP normalization.
+
+The summary says what it scored with and why: the division (division.py), the ruleset (given, or inferred
+from the run dates: rounds.py) and the RCP table (rcp_tables.py). Like MLCommons' result summarizer, it
+applies a scaling.json found beside the logs (the factor a submitter's RCP check wrote, which the published
+score used) and runs no RCP check for open-division results."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from training.common import outcome
 from training.common.outcome import Outcome
 
 from .checkers import RcpResult, rcp_check
-from .compliance import check_compliance
+from .compliance import RULES_ROOT, check_compliance
+from .division import choose_division
+from .rcp_tables import choose_table
+from .rounds import choose_ruleset
 from .rules import BENCHMARKS, rules_for
 from .runs import INCOMPLETE, Run, find_logs, read_run
 
@@ -84,10 +93,27 @@ def _outcome(run: Run, notes: list[str]) -> Outcome | None:
         return None
 
 
-def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
+def read_scaling(logdir: Path) -> float | None:
+    """The factor of a scaling.json beside the logs (mlperf-logging's RCP checker writes one), else None."""
+    path = Path(logdir) / "scaling.json"
+    if not path.exists():
+        return None
+    try:
+        factor = json.loads(path.read_text()).get("scaling_factor")
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: not a scaling.json ({err})") from None
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise ValueError(f"{path}: scaling_factor {factor!r} is not a positive number")
+    return float(factor)
+
+
+def score_logdir(
+    logdir: Path, ruleset: str | None = None, division: str | None = None, rcp_table: str | None = None
+) -> dict:
     """Everything the summary reports, as one JSON-ready dict (see report.py for its rendering). Runs count as
     MLCommons' result summarizer counts them: a run converged only when its log is whole, says `success`
-    and passes the compliance checker; any other is listed with why, and olympic scoring drops at most one."""
+    and passes the compliance checker; any other is listed with why, and olympic scoring drops at most one.
+    `ruleset`, `division` and `rcp_table` are the command's --ruleset, --division and --rcp-table."""
     logdir = Path(logdir)
     if not logdir.is_dir():
         raise ValueError(f"{logdir}: not a folder")
@@ -96,10 +122,17 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
         raise ValueError(f"{logdir}: no MLPerf logs (*.txt or *.log files with :::MLLOG lines)")
     runs = [read_run(path) for path in logs]
     rules = rules_for(_benchmark_of(runs, logdir), logdir)
-    ruleset = ruleset or rules.ruleset
+    chosen = choose_ruleset(rules.name, rules.ruleset, ruleset,
+                            [run.run_start_ms for run in runs if run.run_start_ms is not None])  # fmt: skip
+    ruleset = chosen.ruleset
+    if not (RULES_ROOT / f"training_{ruleset}").is_dir():
+        raise ValueError(f"--ruleset {ruleset}: mlperf_logging has no training ruleset {ruleset!r}")
+    side = choose_division(
+        logdir, division, [r.submission["division"] for r in runs if "division" in r.submission]
+    )
+    table = choose_table(ruleset, rules.name, rcp_table)
+    shipped = read_scaling(logdir)
     notes = []
-    if ruleset != rules.ruleset:
-        notes.append(f"Ruleset {ruleset} given (the default for {rules.name} is {rules.ruleset}).")
 
     rows = []
     for run in runs:
@@ -155,20 +188,45 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
         notes.append("MLCommons' result summarizer counts a run that fails the compliance checker as not "
                      "converged. Details: python -m training.scoring.compliance LOG")  # fmt: skip
 
+    open_division = side.division == "open"
     if not valid:
         rcp = RcpResult(None, "RCPs apply only to runs with the official target", 1.0)
+    elif open_division:
+        rcp = RcpResult(
+            None, "open division: MLCommons' result summarizer checks RCPs of closed results only", 1.0
+        )
     elif mean is None or len(runs) < 3:
         rcp = RcpResult(None, "needs an olympic mean: at least 3 runs, at most 1 not converged", 1.0)
     else:
         try:
-            rcp = rcp_check(logs, ruleset, damaged={run.path for run in runs if run.damaged})
+            rcp = rcp_check(
+                logs, ruleset, damaged={run.path for run in runs if run.damaged}, table=table.path
+            )
         except Exception as e:  # the checker fails on inputs it does not expect; report it, keep the summary
             rcp = RcpResult(False, f"RCP checker error: {type(e).__name__}: {e}", 1.0)
-    official = rcp.passed and len(runs) == rules.runs
+    official = (rcp.passed or (open_division and valid and mean is not None)) and len(runs) == rules.runs
+    factor = rcp.normalization_factor if shipped is None else shipped
+    with_rcp_factor = None
+    if shipped is not None and rcp.passed is not None and shipped != rcp.normalization_factor:
+        said = (f"scaling.json beside the logs says {shipped!r}, the RCP check with {table.name} "
+                f"{rcp.normalization_factor!r}.")  # fmt: skip
+        if official:
+            with_rcp_factor = mean * rcp.normalization_factor
+            said += (
+                " The score applies scaling.json's, as MLCommons' result summarizer does (the published "
+                "scores were so computed; a submitter's RCP check writes that file with the table of its "
+                f"day). With the RCP check's factor: {with_rcp_factor:.6f} min."
+            )
+        notes.append(said)
     return {
         "logdir": str(logdir),
         "benchmark": rules.name,
         "ruleset": ruleset,
+        "ruleset_source": chosen.why,
+        "ruleset_guessed": chosen.guessed,
+        "division": side.division,
+        "division_source": side.why,
+        "rcp_table": table.name,
         "official_target": rules.target,
         "higher_is_better": rules.higher_is_better,
         "samples_key": rules.samples_key,
@@ -183,7 +241,13 @@ def score_logdir(logdir: Path, ruleset: str | None = None) -> dict:
             "normalization_factor": rcp.normalization_factor,
             "log": rcp.log,
         },
-        "score_minutes": mean * rcp.normalization_factor if official else None,
+        "scaling_json": shipped,
+        "normalization_factor": factor,
+        "normalization_source": "scaling.json beside the logs"
+        if shipped is not None
+        else ("none: no RCP check for open results" if open_division else "the RCP check"),
+        "score_minutes": mean * factor if official else None,
+        "score_minutes_with_rcp_factor": with_rcp_factor,
         "notes": notes,
         "ok": all(row["converged"] for row in rows),
     }
