@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from input_preprocessing.llama import verify as llama_verify
+from input_preprocessing.llama31_8b import verify as llama_verify
 from training.bert.config import BertConfig
 from training.common.config import write_effective_config
 from training.common.files import DiskFullError
@@ -45,7 +45,7 @@ def test_the_md5_cache_on_a_full_disk_leaves_no_tmp(tmp_path, monkeypatch):
 
 def test_an_indexed_dataset_cut_short_by_a_full_disk_leaves_no_tmp(tmp_path):
     pytest.importorskip("megatron.core")
-    from input_preprocessing.llama.preprocess import write_indexed_dataset
+    from input_preprocessing.llama31_8b.preprocess import write_indexed_dataset
 
     def documents():
         yield [1, 2, 3]

@@ -32,7 +32,9 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from .runtime import ByteProgress, PrepError, log, write_json_atomic
+from input_preprocessing.common.runtime import PrepError, log, write_json_atomic
+
+from .runtime import ByteProgress
 
 R2_DOWNLOADER_URL = (
     "https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh"

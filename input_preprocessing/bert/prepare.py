@@ -31,23 +31,21 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common.runtime import (
+    GIB,
+    PrepError,
+    Progress,
+    check_free_disk,
+    log,
+    remove_stale_tmp,
+    write_json_atomic,
+)
+from training.common.files import atomic_path, write_text_atomic
+
 from . import download, wiki
 from .pretraining import PretrainingParams, make_part, text_file_to_sequences
 from .ragged import write_unpacked
-from .runtime import (
-    GIB,
-    Markers,
-    PrepError,
-    Progress,
-    atomic_path,
-    check_free_disk,
-    default_jobs,
-    log,
-    parallel_map,
-    remove_stale_tmp,
-    write_json_atomic,
-    write_text_atomic,
-)
+from .runtime import Markers, default_jobs, parallel_map
 from .shards import gather_shards, make_plan, scatter_part
 from .verify import build_manifest, verify
 

@@ -3,7 +3,7 @@
     python -m input_preprocessing.bert.verify DIR [--full] [--preflight]
 
 Fast (default; what the benchmark's preflight runs): every listed file exists with its recorded size and
-the sha256 of its sampled blocks (`input_preprocessing.sampled`: bytes overwritten in place show; a manifest
+the sha256 of its sampled blocks (`common/sampled.py`: bytes overwritten in place show; a manifest
 written before those were recorded skips this, with a note); every HDF5 file opens, all its per-sample
 datasets hold the recorded number of samples (metadata only), it is not empty, and the digest of its first
 sample matches the manifest (so a shard replaced by a copy of another shows up, and identical shards are an
@@ -24,9 +24,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from input_preprocessing.sampled import KEY, SKIPPED, sampled_sha256
+from input_preprocessing.common.runtime import Progress, write_json_atomic
+from input_preprocessing.common.sampled import KEY, SKIPPED, sampled_sha256
 
-from .runtime import Progress, parallel_map, write_json_atomic
+from .runtime import parallel_map
 
 MANIFEST = "manifest.json"
 FORMAT = "mlperf-repro/bert-data/1"

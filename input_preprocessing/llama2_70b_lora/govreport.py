@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import PrepError, log
+from input_preprocessing.common.runtime import PrepError, log
+from input_preprocessing.common.sampled import KEY, sampled_sha256
 from input_preprocessing.llama2_70b_lora import hub, layout
-from input_preprocessing.sampled import KEY, sampled_sha256
 
 REPO_ID = "regisss/scrolls_gov_report_preprocessed_mlperf_2"
 REVISION = "21ff1233ee3e87bc780ab719c755170148aba1cb"  # the revision AMD's and NVIDIA's scripts pin

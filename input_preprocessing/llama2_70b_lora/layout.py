@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import atomic_path, write_json_atomic
+from input_preprocessing.common.runtime import write_json_atomic
+from training.common.files import atomic_path
 
 KEYS = ("input_ids", "loss_mask", "seq_start_id")
 META = "meta.json"  # beside the .npy files: what they hold (see `write_meta`)

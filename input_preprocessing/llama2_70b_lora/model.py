@@ -14,9 +14,9 @@ import shutil
 import time
 from pathlib import Path
 
-from input_preprocessing.bert.runtime import PrepError, Progress, log, write_json_atomic
+from input_preprocessing.common.runtime import PrepError, Progress, log, write_json_atomic
+from input_preprocessing.common.sampled import KEY, sampled_sha256
 from input_preprocessing.llama2_70b_lora import hub, layout
-from input_preprocessing.sampled import KEY, sampled_sha256
 
 REPO_ID = "meta-llama/Llama-2-70b-hf"
 PATTERNS = (

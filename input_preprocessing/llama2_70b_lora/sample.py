@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import PrepError
-from input_preprocessing.llama.preprocess import HFTokenizer
-from input_preprocessing.llama.sample import WIKI_SAMPLE, extract_articles, train_tokenizer
+from input_preprocessing.common.runtime import PrepError
+from input_preprocessing.common.sampled import KEY, sampled_sha256
+from input_preprocessing.common.tokenizer import HFTokenizer, train_tokenizer
+from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
 from input_preprocessing.llama2_70b_lora import layout
-from input_preprocessing.sampled import KEY, sampled_sha256
 
 SPLIT_SEED = 1234
 SEPARATOR = "\n\nSummary:"

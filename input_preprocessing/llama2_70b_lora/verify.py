@@ -8,7 +8,7 @@ of 8,192 tokens, NVIDIA's file sizes, Llama 2's 32,000 tokens), so files made by
 check too.
 
 Fast (default, and `--preflight`, which the benchmark's preflight runs; seconds): `train.npy` and
-`validation.npy` have their sizes, the sha256 of their sampled blocks (`input_preprocessing.sampled`, where
+`validation.npy` have their sizes, the sha256 of their sampled blocks (`common/sampled.py`, where
 meta.json records them: bytes overwritten in place show), `.npy` headers and row counts; every row has
 exactly `input_ids`, `loss_mask` and `seq_start_id`, `seq_length` tokens, loss_mask values in {0, 1} (and
 some 1s in each split), seq_start_id starting at 0, increasing and inside the row, token ids inside the
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common.sampled import KEY, SKIPPED, sampled_sha256
 from input_preprocessing.llama2_70b_lora import govreport, layout, model
-from input_preprocessing.sampled import KEY, SKIPPED, sampled_sha256
 
 MAX_ROW_PROBLEMS = 5  # per file; then a count
 MAX_SAFETENSORS_HEADER = 100 << 20

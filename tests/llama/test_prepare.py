@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from input_preprocessing.llama import verify
-from input_preprocessing.llama.preprocess import write_indexed_dataset
+from input_preprocessing.llama31_8b import verify
+from input_preprocessing.llama31_8b.preprocess import write_indexed_dataset
 from tests.llama.helpers import ROOT, subprocess_env
 
 PREPARE = ROOT / "input_preprocessing" / "llama" / "prepare_data.sh"

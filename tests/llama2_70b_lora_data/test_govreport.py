@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from input_preprocessing.bert.runtime import PrepError
+from input_preprocessing.common.runtime import PrepError
 from input_preprocessing.llama2_70b_lora import govreport, layout
 from tests.llama2_70b_lora_data.make_numpy1_golden import SHAPES, columns
 from tests.llama2_70b_lora_data.test_layout import GOLDEN

@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
+from input_preprocessing.common.sampled import KEY, sampled_sha256
 from input_preprocessing.llama2_70b_lora import layout, verify
-from input_preprocessing.sampled import KEY, sampled_sha256
 from tests.llama2_70b_lora_data.conftest import word_tokenizer, write_fake_model
 
 SEQ, VOCAB = 8, 50
