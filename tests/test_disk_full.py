@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.llama31_8b import verify as llama_verify
 from training.bert.config import BertConfig
 from training.common.config import write_effective_config
@@ -36,7 +37,7 @@ def test_effective_config_on_a_full_disk_is_one_named_error_and_no_tmp(tmp_path,
 
 def test_the_md5_cache_on_a_full_disk_leaves_no_tmp(tmp_path, monkeypatch):
     (tmp_path / "a.bin").write_bytes(b"data")
-    (tmp_path / "a.md5").write_text(f"{llama_verify.md5_of(tmp_path / 'a.bin')}  a.bin\n")
+    (tmp_path / "a.md5").write_text(f"{file_hash(tmp_path / 'a.bin')}  a.bin\n")
     full_disk(monkeypatch)
     with pytest.raises(OSError, match=f"disk full writing {tmp_path / llama_verify.CACHE_NAME}"):
         llama_verify.check_md5(tmp_path)

@@ -86,22 +86,6 @@ def load_rows(path: Path) -> np.ndarray:
     return np.load(path, allow_pickle=True)
 
 
-def md5_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def directory_md5(file_md5s: Iterable[str]) -> str:
     """AMD's `hash_directory`: the md5 of the files' md5 hex digests, sorted and concatenated."""
     combined = hashlib.md5(usedforsecurity=False)

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from contextlib import nullcontext
-
-import torch
 
 from training.common import backends, dist, outcome
 from training.common.config import config_from_environment
@@ -25,8 +22,7 @@ from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.fp8 import reset_after_materialize
 from training.llama import optim, parallel
-from training.llama.model import compiled_cross_entropy, cross_entropy
-from training.llama.step import Step, evaluate_batches, train_step, warm_up
+from training.llama.step import evaluate_batches, train_step, trainer_step, warm_up
 from training.llama2_70b_lora import data
 from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, LR_SCHEDULE, LoraConfig
 from training.llama2_70b_lora.model import build_model, is_llama2_70b, model_shape
@@ -56,13 +52,8 @@ def main() -> outcome.Outcome:
     chosen = {"platform": backends.platform_name(), "precision": precision, **chosen,
               "optimizer": f"AdamW ({impl}), the adapters only"}  # fmt: skip
     run.log_backends(chosen)
-    bf16_autocast = precision in ("bf16", "fp8") and chosen["data_parallel"] == "off"
-    step = Step(
-        model, optimizer, par, info.device, mesh,
-        loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy,
-        autocast=torch.autocast(info.device.type, torch.bfloat16) if bf16_autocast else nullcontext(),
-        fp8=fp8, clip_norm=cfg.clip_norm,
-    )  # fmt: skip
+    step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
+                        compiled=cfg.compile, fp8=fp8, clip_norm=cfg.clip_norm)  # fmt: skip
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
     run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,

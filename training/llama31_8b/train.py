@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from contextlib import nullcontext
-
-import torch
 
 from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.llama import optim, parallel
-from training.llama.model import compiled_cross_entropy, cross_entropy
-from training.llama.step import Step, evaluate, train_step, warm_up
+from training.llama.step import evaluate, train_step, trainer_step, warm_up
 from training.llama31_8b import data
 from training.llama31_8b.config import (
     ADAMW_BETAS,
@@ -62,14 +58,8 @@ def main() -> outcome.Outcome:
     chosen = {"platform": backends.platform_name(), "precision": precision, **chosen,
               "optimizer": f"AdamW ({impl})"}  # fmt: skip
     run.log_backends(chosen)
-    # without FSDP's bf16 parameters, bf16 runs through autocast
-    bf16_autocast = precision in ("bf16", "fp8") and chosen["data_parallel"] == "off"
-    step = Step(
-        model, optimizer, par, info.device, mesh,
-        loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy,
-        autocast=torch.autocast(info.device.type, torch.bfloat16) if bf16_autocast else nullcontext(),
-        fp8=fp8, clip_norm=GRAD_CLIP_NORM,
-    )  # fmt: skip
+    step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
+                        compiled=cfg.compile, fp8=fp8, clip_norm=GRAD_CLIP_NORM)  # fmt: skip
     run.write_config({"parallelism": vars(par), "backends": chosen, "deviations": cfg.deviations(),
                       "model_shape": str(shape)})  # fmt: skip
     warm_up(step, cfg.synthetic_warmup_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
