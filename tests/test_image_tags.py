@@ -1,5 +1,5 @@
-"""One image tag per benchmark everywhere: every `mlperf/NAME` image that a document, config or script names
-(a `docker build -t`, a `CONT=`, a `docker run`) is the one `Dockerfile.NAME` builds, so a user who copies a
+"""One image tag per benchmark everywhere: every `mlperf/<name>` image that a document, config or script names
+(a `docker build -t`, a `CONT=`, a `docker run`) is the one `Dockerfile.<name>` builds, so a user who copies a
 command from one page finds the image another page built."""
 
 from __future__ import annotations
