@@ -55,3 +55,13 @@ def test_an_indexed_dataset_cut_short_by_a_full_disk_leaves_no_tmp(tmp_path):
     with pytest.raises(OSError, match="No space left"):
         write_indexed_dataset(documents(), tmp_path / "c4", vocab_size=100)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_data_preparation_writes_through_the_same_atomic_write(tmp_path, monkeypatch):
+    from input_preprocessing.common.runtime import write_json_atomic
+
+    path = tmp_path / ".prep" / "stage.done"
+    full_disk(monkeypatch)
+    with pytest.raises(DiskFullError, match=f"disk full writing {path}"):
+        write_json_atomic(path, {"rows": 1})
+    assert list(path.parent.iterdir()) == []
