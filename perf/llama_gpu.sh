@@ -17,7 +17,7 @@ out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 work="$(mktemp -d)"
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
-./input_preprocessing/llama/prepare_data.sh --outputdir "${work}/llama_data" --sample > "${out}/llama_prepare.log" 2>&1
+./input_preprocessing/llama31_8b/prepare_data.sh --outputdir "${work}/llama_data" --sample > "${out}/llama_prepare.log" 2>&1
 nexp="${RUNS:-2}"
 if [[ ${SIZE:-small} == 8b ]]; then
   nexp=1

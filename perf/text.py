@@ -27,14 +27,12 @@ def wiki_ids() -> np.ndarray:
         return np.load(cache)
     from tokenizers import BertWordPieceTokenizer
 
-    from input_preprocessing.bert.wiki import iter_pages, wikitext_to_paragraphs
+    from input_preprocessing.common.wikitext import extract_articles
 
     tokenizer = BertWordPieceTokenizer(str(SAMPLE / "bert_uncased_vocab.txt"), lowercase=True)
     ids: list[int] = []
-    for _title, wikitext, namespaces in iter_pages(dump):
-        text = " ".join(wikitext_to_paragraphs(wikitext, frozenset(namespaces)))
-        if text.strip():
-            ids += tokenizer.encode(text, add_special_tokens=False).ids + [SEP]
+    for text in extract_articles(dump):
+        ids += tokenizer.encode(text.replace("\n", " "), add_special_tokens=False).ids + [SEP]
     stream = np.asarray(ids, dtype=np.int32)
     tmp = cache.with_suffix(f".{os.getpid()}.npy")
     np.save(tmp, stream)

@@ -44,223 +44,87 @@ require_mountable() {
   done
 }
 
-# ---- the config: the one the user sourced, its names read from its text ----
+# ---- the config: the one the user sourced; its names, as bash itself exports them ----
 
-# config_names FILE: the names FILE exports, read from its text and never by running it: run a second time, a
-# config would repeat its commands and lose what depends on the caller's environment. Sets _config_names (in
-# order) and _config_conditional (those exported only under a condition: after && or || or in a pipeline,
-# inside if/case/a loop/{ }/( )/a function). Follows `source` (or `.`) of an absolute path and of
-# "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/FILE". Dies, naming FILE:LINE, on what could export a name
-# unseen: eval, set -a, declare/typeset -x, export -n, a computed name, a source it cannot resolve, a
-# here-document.
-config_names() {
-  _config_names=() _config_conditional=()
-  local -A _cond_of=()
-  local name
-  _scan_config "$(readlink -f "$1")" 0 0
-  for name in "${_config_names[@]}"; do
-    if [[ ${_cond_of[${name}]} == 1 ]]; then _config_conditional+=("${name}"); fi
-  done
-}
-
-# _scan_config FILE OUTER LEVEL: split FILE into words and commands as bash would (quotes, $( ), ${ },
-# backslashes, comments, ; & && || | ( )) and hand each command to _config_command. OUTER is 1 when FILE is
-# itself sourced under a condition; LEVEL counts the sources followed so far.
-_scan_config() {
-  local file=$1 outer=$2 level=$3
-  local LC_ALL=C text c next top i length line=1 start=1 word='' stack='' depth=0 cases=0 listcond=0 andor=0 redirect=0
-  local words=()
-  ((level < 8)) || die "${file}: configs that source each other more than 8 deep"
-  [[ -f ${file} && -r ${file} ]] || die "${file}: no such config file (or not readable)"
-  text=$(<"${file}")$'\n'
-  length=${#text}
-  for ((i = 0; i < length; i++)); do
-    c=${text:i:1} next=${text:i+1:1}
-    if [[ -n ${stack} ]]; then # inside quotes or an expansion: all of it belongs to the word
-      word+=${c}
-      top=${stack: -1}
-      if [[ ${top} == "'" ]]; then
-        if [[ ${c} == "'" ]]; then stack=${stack%?}; fi
-      elif [[ ${c} == "\\" ]]; then
-        word+=${next} && i=$((i + 1))
-        if [[ ${next} == $'\n' ]]; then line=$((line + 1)); fi
-      elif [[ ${c} == '`' ]]; then
-        if [[ ${top} == '`' ]]; then stack=${stack%?}; else stack+=${c}; fi
-      elif [[ ${top} == '"' && ${c} == '"' ]]; then
-        stack=${stack%?}
-      elif [[ ${c} == '$' && (${next} == '(' || ${next} == '{') ]]; then
-        word+=${next} && stack+=${next} && i=$((i + 1))
-      elif [[ ${top} == '"' || ${top} == '`' ]]; then
-        : # text
-      elif [[ ${c} == "'" || ${c} == '"' || (${c} == '(' && ${top} == '(') ]]; then
-        stack+=${c}
-      elif [[ (${c} == ')' && ${top} == '(') || (${c} == '}' && ${top} == '{') ]]; then
-        stack=${stack%?}
-      fi
-      if [[ ${c} == $'\n' ]]; then line=$((line + 1)); fi
-      continue
-    fi
-    case ${c} in
-      ' ' | $'\t') _config_word ;;
-      $'\n')
-        _config_word
-        # a newline right after && || | continues the list
-        if ((${#words[@]} > 0 || !andor)); then _config_command ';'; fi
-        line=$((line + 1))
-        ;;
-      '#')
-        if [[ -n ${word} ]]; then
-          word+=${c}
-        else # a comment, to the end of the line
-          while [[ ${text:i+1:1} != $'\n' ]]; do i=$((i + 1)); done
-        fi
-        ;;
-      "\\")
-        if [[ ${next} == $'\n' ]]; then line=$((line + 1)); else word+=${c}${next}; fi
-        i=$((i + 1))
-        ;;
-      '<' | '>' | '&' | ';' | '|')
-        if [[ ${c}${next} == '<<' && ${text:i+2:1} != '<' ]]; then
-          die "${file}:${line}: here-document: the launchers read a config's names from its text, and cannot" \
-            "tell its commands from a here-document's; write export NAME=value lines"
-        fi
-        if [[ ${c} == [\<\>] || ${c}${next} == '&>' ]]; then # a redirection: its target is not an argument
-          if [[ ${word} =~ ^[0-9]+$ ]]; then word=''; fi     # 2>&1: a file descriptor
-          _config_word
-          while [[ ${text:i+1:1} == [\<\>\&\|] ]]; do i=$((i + 1)); done
-          redirect=1
-        else
-          _config_word
-          if [[ ${next} == "${c}" ]]; then
-            i=$((i + 1)) && _config_command "${c}${c}"
-          else
-            _config_command "${c}"
-          fi
-        fi
-        ;;
-      '(' | ')') _config_word && _config_command "${c}" ;;
-      "'" | '"' | '`') word+=${c} && stack+=${c} ;;
-      '$')
-        word+=${c}
-        if [[ ${next} == '(' || ${next} == '{' ]]; then word+=${next} && stack+=${next} && i=$((i + 1)); fi
-        ;;
-      *) word+=${c} ;;
-    esac
-  done
-}
-
-_config_word() { # the word read so far ends (the target of a redirection is dropped)
-  if [[ -z ${word} ]]; then return 0; fi
-  if ((redirect)); then
-    redirect=0
-  else
-    if ((${#words[@]} == 0)); then start=${line}; fi
-    words+=("${word}") && andor=0
-  fi
-  word=''
-}
-
-# _config_command OP: the command read so far ends with OP (; for a newline): read what it exports.
-_config_command() {
-  local op=$1 background=0
-  if [[ ${op} == '|' || ${op} == '&' ]]; then background=1; fi # a subshell: what it exports is lost
-  if ((${#words[@]} > 0)); then _config_words "${background}"; fi
-  words=()
-  case ${op} in
-    '&&' | '||' | '|') listcond=1 andor=1 ;;
-    ';' | ';;' | '&') listcond=0 ;;
-    '(') if ((cases == 0)); then depth=$((depth + 1)); fi ;;
-    ')') if ((cases == 0)); then depth=$((depth - 1)); fi ;;
-  esac
-}
-
-# _config_words SUBSHELL: one command's words: block keywords, then export, source, or what is refused.
-_config_words() {
-  local subshell=$1 k=0 w cond=0 name src self
-  while ((k < ${#words[@]})); do # reserved words and leading NAME=value assignments
-    w=${words[k]}
-    case ${w} in
-      'if' | 'while' | 'until' | '{') depth=$((depth + 1)) ;;
-      'fi' | 'done' | '}') depth=$((depth - 1)) ;;
-      'for' | 'select' | 'function') # a loop's or a function's header: its body opens a block
-        if [[ ${words[-1]} == '{' || ${w} != function ]]; then depth=$((depth + 1)); fi
-        return 0
-        ;;
-      'case') depth=$((depth + 1)) cases=$((cases + 1)) && return 0 ;;
-      'esac') depth=$((depth - 1)) cases=$((cases - 1)) ;;
-      'then' | 'do' | 'else' | 'elif' | '!' | 'time') ;;
-      *) [[ ${w} =~ ^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?= ]] || break ;;
-    esac
-    k=$((k + 1))
-  done
-  ((k < ${#words[@]})) || return 0
-  if ((outer || subshell || listcond || depth > 0)); then cond=1; fi
-  local where="${file}:${start}"
-  case ${words[k]} in
-    export)
-      for w in "${words[@]:k+1}"; do
-        case ${w} in
-          -p | --) continue ;;
-          -*) die "${where}: export ${w}: not read by the launchers; write export NAME=value" ;;
+# _exported_by FILE [EMPTY]: in a subshell, source FILE with no variable exported (their values kept, as the
+# user's shell had them; EMPTY=1: unset, all but a few a command needs) and print, one a line, the names
+# exported afterwards: those FILE exported, whatever the way (export, declare -x, set -a, eval, a file it
+# sources). They are printed on the subshell's exit, so a config that stops half-way (`${X:?}`) gives what it
+# exported until then, as in the user's shell. The config's own output is dropped, and nothing it does
+# outlives the subshell: the values that run are this shell's.
+_exported_by() {
+  local file=$1 empty=${2:-0}
+  (
+    set +euo pipefail # as an interactive shell sources it
+    local name exported=()
+    mapfile -t exported < <(compgen -e)
+    if ((${#exported[@]} > 0)); then export -n "${exported[@]}"; fi
+    if ((empty)); then
+      for name in "${exported[@]}"; do
+        case ${name} in
+          PATH | HOME | USER | LOGNAME | SHELL | LANG | LC_* | TERM | TMPDIR) ;;
+          *) if [[ $(declare -p -- "${name}") != "declare -"*r* ]]; then unset -v "${name}"; fi ;;
         esac
-        [[ ${w} =~ ^([A-Za-z_][A-Za-z0-9_]*)(\+?=.*)?$ ]] ||
-          die "${where}: export ${w}: not a variable name the launchers can read; write export NAME=value"
-        name=${BASH_REMATCH[1]}
-        if [[ -z ${_cond_of[${name}]:-} ]]; then
-          _config_names+=("${name}") && _cond_of[${name}]=${cond}
-        elif ((cond == 0)); then
-          _cond_of[${name}]=0
-        fi
       done
-      ;;
-    eval) die "${where}: eval: the launchers read a config's names from its text, and cannot see what eval" \
-      "exports; write export NAME=value" ;;
-    set)
-      for w in "${words[@]:k+1}"; do
-        if [[ ${w} =~ ^-[A-Za-z]*a || ${w} == allexport ]]; then
-          die "${where}: set -a exports every assignment, unseen by the launchers; write export NAME=value"
-        fi
-      done
-      ;;
-    declare | typeset | local | readonly)
-      for w in "${words[@]:k+1}"; do
-        if [[ ${w} =~ ^-[A-Za-z]*x ]]; then
-          die "${where}: ${words[k]} -x: not read by the launchers; write export NAME=value"
-        fi
-      done
-      ;;
-    source | .)
-      src=${words[k + 1]:-}
-      src=${src//\"/} && src=${src//\'/}
-      # shellcheck disable=SC2016  # the idiom as written in a config
-      self='$(dirname $(readlink -f ${BASH_SOURCE[0]}))/'
-      if [[ ${src} == "${self}"* ]]; then src=$(dirname "${file}")/${src#"${self}"}; fi
-      if [[ ${src} != /* || ${src} == *[\$\`*?~[]* ]]; then
-        die "${where}: source ${words[k + 1]:-}: cannot tell which file this reads without running the" \
-          "config; name it by its absolute path or as \"\$(dirname \"\$(readlink -f \"\${BASH_SOURCE[0]}\")\")/FILE\""
-      fi
-      _scan_config "$(readlink -f "${src}")" "${cond}" $((level + 1))
-      ;;
-  esac
+    fi
+    trap 'compgen -e >&3' EXIT
+    # shellcheck source=/dev/null
+    source "${file}" </dev/null >/dev/null 2>&1
+  ) 3>&1
+}
+
+# config_names FILE: the names FILE exports, in the order bash lists them: sourced as the user's shell sourced
+# it (_exported_by FILE), and from an empty environment (_exported_by FILE 1), which also sees a name exported
+# only while unset (`[[ -z ${X:-} ]] && export X=1`: set here by the user's own sourcing). Sets _config_names
+# and _config_conditional (those seen only from the empty environment: passed on when this shell has them).
+config_names() {
+  local file=$1 name as_sourced=() from_empty=()
+  local -A seen=()
+  [[ -f ${file} && -r ${file} ]] || die "${file}: no such config file (or not readable)"
+  mapfile -t as_sourced < <(_exported_by "${file}")
+  mapfile -t from_empty < <(_exported_by "${file}" 1)
+  _config_names=() _config_conditional=()
+  for name in "${as_sourced[@]}"; do
+    _config_names+=("${name}") && seen[${name}]=1
+  done
+  for name in "${from_empty[@]}"; do
+    [[ -z ${seen[${name}]:-} ]] || continue
+    _config_names+=("${name}") && _config_conditional+=("${name}") && seen[${name}]=1
+  done
+}
+
+# _source_config FILE: source FILE in this shell (CONFIG_FILE given alone: the launcher's own, and only,
+# sourcing), with no variable exported while it runs, so that what is exported afterwards is what it exported
+# (_config_names); then everything exported before is exported again.
+_source_config() {
+  local before=()
+  mapfile -t before < <(compgen -e)
+  if ((${#before[@]} > 0)); then export -n "${before[@]}"; fi
+  set +u
+  # shellcheck source=/dev/null
+  source "$1"
+  set -u
+  mapfile -t _config_names < <(compgen -e)
+  _config_conditional=()
+  if ((${#before[@]} > 0)); then export "${before[@]}"; fi
 }
 
 # The config sourced by the user (DGXSYSTEM set), or here from CONFIG_FILE; the launchers' defaults and
 # checks. A config names itself: it exports CONFIG_FILE, its own path (every shipped config starts so), and
-# DGXSYSTEM, its file name. The launchers read its variable names from that file, so a copy edited and
-# sourced from anywhere is the config that runs; a shell with DGXSYSTEM but no CONFIG_FILE, or the two
-# naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path), _prefix
-# (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the CPU-sized configs: CPU_DEMO=1).
+# DGXSYSTEM, its file name. The launchers find its variable names by sourcing that file (config_names), so a
+# copy edited and sourced from anywhere is the config that runs; a shell with DGXSYSTEM but no CONFIG_FILE,
+# or the two naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path),
+# _config_names and _config_conditional, _prefix (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the
+# CPU-sized configs: CPU_DEMO=1).
 load_config() {
-  local given system same
+  local given system same sourced_here=0
   if [[ -z ${DGXSYSTEM:-} ]]; then
     [[ -n ${CONFIG_FILE:-} ]] ||
       die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE"
     [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
     given=$(readlink -f "${CONFIG_FILE}")
-    set +u
-    # shellcheck source=/dev/null
-    source "${given}"
-    set -u
+    _source_config "${given}"
+    sourced_here=1
     system=$(basename "${given}" .sh)
     # the file sourced here is the config, whatever a config it sources says
     export CONFIG_FILE=${given} DGXSYSTEM="${DGXSYSTEM:-${system#config_}}"
@@ -276,6 +140,7 @@ load_config() {
   [[ ${system} == "config_${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
     "DGXSYSTEM=${DGXSYSTEM} (config_${DGXSYSTEM}.sh) sourced in this shell: source the file you mean to run," \
     "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
+  if ((!sourced_here)); then config_names "$(readlink -f "${CONFIG_FILE}")"; fi
   [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
     die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
   : "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"
@@ -339,7 +204,6 @@ check_logdir_space() {
 # lists them for the trainers, which report an unknown one as a likely typo.
 config_env() {
   local name missing=()
-  config_names "${_config_file}"
   ((${#_config_names[@]} > 0)) || die "${_config_file} exports no variables"
   echo "Config ${_config_file}: ${_config_names[*]}"
   export CONFIG_VARS="${_config_names[*]}"

@@ -57,8 +57,8 @@ BENCHMARKS = {
         ),
         Benchmark(
             "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", "5.1.0", 3.3, False,
-            "samples_count", 10, "input_preprocessing.llama.verify",
-            "input_preprocessing/llama/prepare_data.sh",
+            "samples_count", 10, "input_preprocessing.llama31_8b.verify",
+            "input_preprocessing/llama31_8b/prepare_data.sh",
         ),
         Benchmark(
             "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "training.llama2_70b_lora",

@@ -2,7 +2,7 @@
 # The small default: Llama 3.1 8B's architecture at toy size (2 layers, hidden 64, 256-token sequences) on the
 # bundled Wikipedia excerpt, on one CPU process. A demo of the whole pipeline in a few minutes, NOT an MLPerf
 # result (CPU_DEMO=1 and a reachable TARGET; the log says so). Prepare its data once with
-#   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/llama_demo --sample
+#   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/llama_demo --sample
 # then: source configs/llama31_8b/config_CPU_1x1x1_8b.sh && DATADIR=/data/llama_demo bash run_with_docker.sh
 export BENCHMARK=llama31_8b
 # The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.

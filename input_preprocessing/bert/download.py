@@ -19,7 +19,6 @@ A dataset whose files are already in place and check out is not downloaded again
 remembered (size, mtime, md5) in `.prep/verified.json` and not hashed again.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -32,7 +31,10 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from .runtime import ByteProgress, PrepError, log, write_json_atomic
+from input_preprocessing.common.checksums import file_hash
+from input_preprocessing.common.runtime import PrepError, log, write_json_atomic
+
+from .runtime import ByteProgress
 
 R2_DOWNLOADER_URL = (
     "https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh"
@@ -75,14 +77,6 @@ class ChecksumError(PrepError):
     pass
 
 
-def md5_file(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class Verified:
     """Files already checked: relative path -> (size, mtime_ns, md5), kept in `.prep/verified.json`."""
 
@@ -97,7 +91,7 @@ class Verified:
         rec = self.entries.get(rel)
         if rec and rec[0] == st.st_size and rec[1] == st.st_mtime_ns:
             return rec[2]
-        digest = md5_file(self.root / rel)
+        digest = file_hash(self.root / rel)
         self.record(rel, digest)
         return digest
 

@@ -31,23 +31,22 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common.checksums import file_hash
+from input_preprocessing.common.runtime import (
+    GIB,
+    PrepError,
+    Progress,
+    check_free_disk,
+    log,
+    remove_stale_tmp,
+    write_json_atomic,
+)
+from training.common.files import atomic_path, write_text_atomic
+
 from . import download, wiki
 from .pretraining import PretrainingParams, make_part, text_file_to_sequences
 from .ragged import write_unpacked
-from .runtime import (
-    GIB,
-    Markers,
-    PrepError,
-    Progress,
-    atomic_path,
-    check_free_disk,
-    default_jobs,
-    log,
-    parallel_map,
-    remove_stale_tmp,
-    write_json_atomic,
-    write_text_atomic,
-)
+from .runtime import Markers, default_jobs, parallel_map
 from .shards import gather_shards, make_plan, scatter_part
 from .verify import build_manifest, verify
 
@@ -136,7 +135,7 @@ class Config:
         vocab = self.vocab or (SAMPLE_VOCAB if self.local else None)
         return {
             "source": source,
-            "vocab_md5": download.md5_file(vocab) if vocab else "downloaded",
+            "vocab_md5": file_hash(vocab) if vocab else "downloaded",
             "shards": self.shards,
             "packed": self.packed,
             "eval_samples": self.eval_samples,
@@ -220,7 +219,7 @@ class Pipeline:
                 shutil.copyfile(vocab, tmp)
             text = json.dumps(BERT_LARGE_CONFIG, indent=2) + "\n"
             write_text_atomic(phase1 / "bert_config.json", text)
-            if download.md5_file(phase1 / "bert_config.json") != download.PUBLISHED_MD5["bert_config.json"]:
+            if file_hash(phase1 / "bert_config.json") != download.PUBLISHED_MD5["bert_config.json"]:
                 raise AssertionError("BERT_LARGE_CONFIG no longer matches MLPerf's bert_config.json")
             stats = {}
             if cfg.wiki_dump:

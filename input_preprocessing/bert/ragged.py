@@ -13,7 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .runtime import atomic_path
+from training.common.files import atomic_path
 
 TOKEN_FIELDS = ("input_ids", "segment_ids")
 MASK_FIELDS = ("masked_lm_positions", "masked_lm_ids")

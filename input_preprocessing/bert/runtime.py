@@ -1,122 +1,16 @@
-"""What every stage of the data preparation shares: atomic writes, a progress line with ETA, a process pool,
-completion markers, and sizing the number of workers to the machine."""
+"""BERT's data preparation machinery: a download's progress in bytes, a process pool, completion markers,
+and sizing the number of workers to the machine. What all benchmarks share is `input_preprocessing.common`."""
 
 import contextlib
 import json
 import os
-import shutil
-import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TextIO
 
-GIB = 1 << 30
-
-
-class PrepError(RuntimeError):
-    """A problem the user can act on; the message names the file, flag or setting at fault."""
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success rename it to `path`, on failure remove it.
-
-    A killed process leaves only `*.tmp` files, which `remove_stale_tmp` clears on the next run, so a
-    file with the final name is always complete.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def remove_stale_tmp(folder: Path) -> int:
-    """Remove `*.tmp` files left in `folder` (recursively) by a killed run; returns how many."""
-    if not folder.exists():
-        return 0
-    stale = [p for p in folder.rglob("*.tmp") if p.is_file()]
-    for p in stale:
-        p.unlink()
-    return len(stale)
-
-
-def _fmt_seconds(s: float) -> str:
-    s = max(0, int(s))
-    return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-class Progress:
-    """One stage's progress on stderr: a redrawn bar on a terminal; otherwise (a log file) a plain line at
-    each 10% step once the stage has run 5 s, at least every `log_every` seconds (30), and at the end. Shows
-    done/total, rate and ETA."""
-
-    def __init__(
-        self,
-        stage: str,
-        total: int,
-        unit: str = "items",
-        stream: TextIO | None = None,
-        log_every: float = 30.0,
-    ):
-        self.stage, self.total, self.unit = stage, max(0, total), unit
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.log_every = log_every
-        self.done = self._start_done = 0
-        self.start = self._last_draw = time.monotonic()
-        self._last_decile = 0
-        if self.tty:
-            self._draw()
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if self.done >= self.total:
-            self._draw(end=True)
-        elif self._due():
-            self._draw()
-
-    def _due(self) -> bool:
-        now = time.monotonic()
-        decile = int(10 * self.done / self.total) if self.total else 10
-        new_decile, self._last_decile = decile > self._last_decile, decile
-        if self.tty:
-            return now - self._last_draw >= 0.2
-        return now - self._last_draw >= self.log_every or (new_decile and now - self.start >= 5)
-
-    def _draw(self, end: bool = False) -> None:
-        now = self._last_draw = time.monotonic()
-        frac = min(1.0, self.done / self.total) if self.total else 1.0
-        elapsed = now - self.start
-        rate = (self.done - self._start_done) / elapsed if elapsed > 0 else 0.0
-        eta = _fmt_seconds((self.total - self.done) / rate) if rate > 0 and not end else "?"
-        line = (
-            f"[{self.stage}] {frac:6.1%} |{'#' * int(frac * 24):<24}| {self._amounts(rate)}"
-            f"  elapsed {_fmt_seconds(elapsed)}  ETA {'0:00:00' if end else eta}"
-        )
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if end else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def _amounts(self, rate: float) -> str:
-        return f"{self.done}/{self.total} {self.unit}  {rate:.1f}/s"
+from input_preprocessing.common.runtime import Progress, write_json_atomic
 
 
 def _bytes(n: float) -> str:
@@ -146,10 +40,6 @@ class ByteProgress(Progress):
     def _amounts(self, rate: float) -> str:
         total = _bytes(self.total) if self.exact or self.done >= self.total else f"~{_bytes(self.total)}"
         return f"{_bytes(self.done)} of {total}  {rate / 1e6:.1f} MB/s"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def memory_available() -> int:
@@ -222,16 +112,3 @@ class Markers:
 
     def mark(self, stage: str, stats: dict) -> None:
         write_json_atomic(self.folder / f"{stage}.done", stats)
-
-
-def check_free_disk(folder: Path, needed: int, what: str) -> None:
-    """Fail before starting if `folder`'s file system has less than `needed` bytes free."""
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise PrepError(
-            f"not enough free disk under {folder}: {free / GIB:.1f} GiB free, about {needed / GIB:.1f} GiB "
-            f"needed ({what}); free some space, choose another --outputdir, or pass --no-disk-check"
-        )

@@ -19,9 +19,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from input_preprocessing.common.runtime import PrepError
+from training.common.files import atomic_path
+
 from .packing import assign_rows, pack_histogram, packing_stats
 from .ragged import Sequences, read_lengths, write_packed, write_unpacked
-from .runtime import PrepError, atomic_path
 
 SHUFFLE_SEED = 12345
 ROW_BITS, SLOT_BITS = 32, 2

@@ -410,7 +410,7 @@ def convert(prefix: Path, bert_config: dict | None = None) -> dict[str, np.ndarr
 def save_torch(state: dict[str, np.ndarray], path: Path) -> None:
     import torch
 
-    from .runtime import atomic_path
+    from training.common.files import atomic_path
 
     tensors: dict[str, torch.Tensor] = {}
     for key, value in state.items():

@@ -3,7 +3,7 @@
     python -m input_preprocessing.bert.verify DIR [--full] [--preflight]
 
 Fast (default; what the benchmark's preflight runs): every listed file exists with its recorded size and
-the sha256 of its sampled blocks (`input_preprocessing.sampled`: bytes overwritten in place show; a manifest
+the sha256 of its sampled blocks (`common/checksums.py`: bytes overwritten in place show; a manifest
 written before those were recorded skips this, with a note); every HDF5 file opens, all its per-sample
 datasets hold the recorded number of samples (metadata only), it is not empty, and the digest of its first
 sample matches the manifest (so a shard replaced by a copy of another shows up, and identical shards are an
@@ -24,20 +24,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from input_preprocessing.sampled import KEY, SKIPPED, sampled_sha256
+from input_preprocessing.common.checksums import KEY, SKIPPED, file_hash, sampled_sha256
+from input_preprocessing.common.runtime import Progress, write_json_atomic
 
-from .runtime import Progress, parallel_map, write_json_atomic
+from .runtime import parallel_map
 
 MANIFEST = "manifest.json"
 FORMAT = "mlperf-repro/bert-data/1"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _hdf5_summary(path: Path, count_sequences: bool = False) -> tuple[int, int | None, str]:
@@ -71,7 +64,7 @@ def describe_file(task: tuple[Path, str]) -> dict:
     """Worker: the manifest entry of one file."""
     root, rel = task
     path = root / rel
-    entry = {"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path), "samples": None,
+    entry = {"path": rel, "size": path.stat().st_size, "sha256": file_hash(path, "sha256"), "samples": None,
              KEY: sampled_sha256(path)}  # fmt: skip
     if _is_hdf5(path):
         samples, sequences, head = _hdf5_summary(path, count_sequences=True)
@@ -154,7 +147,7 @@ def verify(root: Path, full: bool = False) -> list[str]:
                 problems.append(f"{e['path']}: empty (0 samples)")
             elif head != e.get("head_sha256"):
                 problems.append(f"{e['path']}: first sample differs from the manifest (replaced or modified)")
-        if full and sha256_file(path) != e["sha256"]:
+        if full and file_hash(path, "sha256") != e["sha256"]:
             problems.append(f"{e['path']}: sha256 differs from the manifest (modified or corrupt)")
     problems += _duplicates(entries, "head_sha256")
     for folder in manifest.get("data_dirs", []):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import PrepError, log
+from input_preprocessing.common.checksums import KEY, file_hash, sampled_sha256
+from input_preprocessing.common.runtime import PrepError, log
 from input_preprocessing.llama2_70b_lora import hub, layout
-from input_preprocessing.sampled import KEY, sampled_sha256
 
 REPO_ID = "regisss/scrolls_gov_report_preprocessed_mlperf_2"
 REVISION = "21ff1233ee3e87bc780ab719c755170148aba1cb"  # the revision AMD's and NVIDIA's scripts pin
@@ -80,7 +80,7 @@ def convert(parquet: Path, npy: Path, rows: int, seq_length: int) -> dict:
     if bad:
         raise PrepError(f"{parquet}: {len(bad)} rows are not {seq_length} tokens long (first: row {bad[0]})")
     size = layout.save_rows(npy, data)
-    return {"file": npy.name, "rows": rows, "sequences": rows, "size": size, "md5": layout.md5_file(npy),
+    return {"file": npy.name, "rows": rows, "sequences": rows, "size": size, "md5": file_hash(npy),
             KEY: sampled_sha256(npy)}  # fmt: skip
 
 
@@ -91,7 +91,7 @@ def prepare(data_dir: Path, download_root: Path, remote: list[hub.RemoteFile], t
     md5s = []
     for name in PARQUET.values():
         path = hub.fetch(REPO_ID, "dataset", REVISION, name, staging, remote, token)
-        md5s.append(layout.md5_file(path))
+        md5s.append(file_hash(path))
     got = layout.directory_md5(md5s)
     if got != PARQUET_DIR_MD5:
         raise PrepError(

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from input_preprocessing.bert.runtime import PrepError
+from input_preprocessing.common.runtime import PrepError
 
 
 @dataclass(frozen=True, order=True)

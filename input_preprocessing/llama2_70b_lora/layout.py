@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import atomic_path, write_json_atomic
+from input_preprocessing.common.runtime import write_json_atomic
+from training.common.files import atomic_path
 
 KEYS = ("input_ids", "loss_mask", "seq_start_id")
 META = "meta.json"  # beside the .npy files: what they hold (see `write_meta`)
@@ -83,22 +84,6 @@ def read_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 def load_rows(path: Path) -> np.ndarray:
     """The rows, as the trainers read them (unpickling: only for files this toolkit or MLCommons made)."""
     return np.load(path, allow_pickle=True)
-
-
-def md5_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def directory_md5(file_md5s: Iterable[str]) -> str:

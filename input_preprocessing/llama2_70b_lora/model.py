@@ -14,9 +14,9 @@ import shutil
 import time
 from pathlib import Path
 
-from input_preprocessing.bert.runtime import PrepError, Progress, log, write_json_atomic
-from input_preprocessing.llama2_70b_lora import hub, layout
-from input_preprocessing.sampled import KEY, sampled_sha256
+from input_preprocessing.common.checksums import KEY, file_hash, sampled_sha256
+from input_preprocessing.common.runtime import PrepError, Progress, log, write_json_atomic
+from input_preprocessing.llama2_70b_lora import hub
 
 REPO_ID = "meta-llama/Llama-2-70b-hf"
 PATTERNS = (
@@ -81,7 +81,7 @@ def prepare(model_dir: Path, revision: str, remote: list[hub.RemoteFile], token:
         start = time.monotonic()
         path = hub.fetch(REPO_ID, "model", revision, f.name, model_dir, remote, token)
         if f.sha256:
-            got = layout.sha256_file(path)
+            got = file_hash(path, "sha256")
             if got != f.sha256:
                 path.unlink()
                 raise PrepError(

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from input_preprocessing.bert.runtime import GIB, PrepError, check_free_disk, log, remove_stale_tmp
+from input_preprocessing.common.runtime import GIB, PrepError, check_free_disk, log, remove_stale_tmp
 from input_preprocessing.llama2_70b_lora import govreport, hub, layout, model, verify
 
 DISK_MARGIN = GIB

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.bert.runtime import PrepError
-from input_preprocessing.llama.preprocess import HFTokenizer
-from input_preprocessing.llama.sample import WIKI_SAMPLE, extract_articles, train_tokenizer
+from input_preprocessing.common.checksums import KEY, file_hash, sampled_sha256
+from input_preprocessing.common.runtime import PrepError
+from input_preprocessing.common.tokenizer import HFTokenizer, train_tokenizer
+from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
 from input_preprocessing.llama2_70b_lora import layout
-from input_preprocessing.sampled import KEY, sampled_sha256
 
 SPLIT_SEED = 1234
 SEPARATOR = "\n\nSummary:"
@@ -183,7 +183,7 @@ def make_sample(
             "articles": len(articles),
             "target_tokens": int(sum(sum(row["loss_mask"]) for row in rows)),
             "size": size,
-            "md5": layout.md5_file(path),
+            "md5": file_hash(path),
             KEY: sampled_sha256(path),
         }
     meta["seconds"] = round(time.perf_counter() - start, 1)

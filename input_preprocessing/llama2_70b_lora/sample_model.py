@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from input_preprocessing.bert.runtime import PrepError, log
+from input_preprocessing.common.runtime import PrepError, log
 
 SHAPE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 192, "num_attention_heads": 4,
          "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}  # fmt: skip

@@ -8,7 +8,7 @@ of 8,192 tokens, NVIDIA's file sizes, Llama 2's 32,000 tokens), so files made by
 check too.
 
 Fast (default, and `--preflight`, which the benchmark's preflight runs; seconds): `train.npy` and
-`validation.npy` have their sizes, the sha256 of their sampled blocks (`input_preprocessing.sampled`, where
+`validation.npy` have their sizes, the sha256 of their sampled blocks (`common/checksums.py`, where
 meta.json records them: bytes overwritten in place show), `.npy` headers and row counts; every row has
 exactly `input_ids`, `loss_mask` and `seq_start_id`, `seq_length` tokens, loss_mask values in {0, 1} (and
 some 1s in each split), seq_start_id starting at 0, increasing and inside the row, token ids inside the
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common.checksums import KEY, SKIPPED, file_hash, sampled_sha256
 from input_preprocessing.llama2_70b_lora import govreport, layout, model
-from input_preprocessing.sampled import KEY, SKIPPED, sampled_sha256
 
 MAX_ROW_PROBLEMS = 5  # per file; then a count
 MAX_SAFETENSORS_HEADER = 100 << 20
@@ -114,7 +114,7 @@ def check_data(data_dir: Path, meta: dict, full: bool) -> list[str]:
     for spec in meta["splits"].values():
         problems += check_npy(data_dir / spec["file"], spec, meta["seq_length"], meta["vocab_size"])
     if full and not problems:
-        md5s = {name: layout.md5_file(data_dir / spec["file"]) for name, spec in meta["splits"].items()}
+        md5s = {name: file_hash(data_dir / spec["file"]) for name, spec in meta["splits"].items()}
         for name, spec in meta["splits"].items():
             if spec.get("md5") and md5s[name] != spec["md5"]:
                 problems.append(
@@ -196,7 +196,7 @@ def check_recorded(model_dir: Path, full: bool) -> dict[str, str]:
             problems[name] = f"{path}: {size:,} bytes, the Hub's is {rec['size']:,} (truncated or modified)"
         elif rec.get(KEY) and sampled_sha256(path) != rec[KEY]:
             problems[name] = f"{path}: sampled blocks differ from {model.META} (modified in place or corrupt)"
-        elif full and rec.get("sha256") and layout.sha256_file(path) != rec["sha256"]:
+        elif full and rec.get("sha256") and file_hash(path, "sha256") != rec["sha256"]:
             problems[name] = f"{path}: checksum mismatch: sha256 differs from the Hub's {rec['sha256']}"
     return problems
 

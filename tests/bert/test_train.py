@@ -45,8 +45,8 @@ def test_nan_loss_ends_the_run_aborted(bert_data, tmp_path):
         bert_data, INIT_CHECKPOINT=str(tmp_path / "corrupt.pt"), LOGDIR=str(tmp_path), RUN_TAG="b_1"
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "non-finite loss at step 2" in proc.stderr
-    assert outcome.read(tmp_path / "b_1.log") == Outcome("diverged", "non-finite loss at step 2")
+    assert "non-finite loss by step 2" in proc.stderr
+    assert outcome.read(tmp_path / "b_1.log") == Outcome("diverged", "non-finite loss by step 2")
     events = mllog(proc.stdout)
     assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["aborted"]
     assert {"train_samples", "eval_samples", "block_stop"} <= {e["key"] for e in events}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from input_preprocessing.bert import download
-from input_preprocessing.bert.runtime import PrepError
+from input_preprocessing.common.runtime import PrepError
 from tests.bert_data.helpers import REPO, VOCAB, data_digests, prepare, write_text_dir
 
 FIXTURE = REPO / "tests" / "data"

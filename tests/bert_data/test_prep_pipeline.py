@@ -14,7 +14,7 @@ import pytest
 
 from input_preprocessing.bert.verify import main as verify_main
 from input_preprocessing.bert.verify import verify
-from input_preprocessing.sampled import BLOCK, block_offsets
+from input_preprocessing.common.checksums import BLOCK, block_offsets
 from tests.bert_data.helpers import DUMP, REPO, data_digests, prepare, prepare_subprocess
 
 SMALL_RUN = ("--packed-data", "--shards", "4", "--eval-samples", "200", "--jobs", "1")

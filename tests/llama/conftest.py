@@ -22,7 +22,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> Path:
     """`prepare_data.sh --sample`'s output: wiki-{train,validation}_text_document.{bin,idx} + tokenizer/."""
-    from input_preprocessing.llama.sample import make_sample
+    from input_preprocessing.llama31_8b.sample import make_sample
 
     out = tmp_path_factory.mktemp("llama_demo")
     make_sample(out, valid_tokens=1024 * 64 + 1)

@@ -8,12 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from input_preprocessing.llama.preprocess import (
-    HFTokenizer,
-    preprocess,
-    read_documents,
-    write_indexed_dataset,
-)
+from input_preprocessing.common.tokenizer import HFTokenizer
+from input_preprocessing.llama31_8b.preprocess import preprocess, read_documents, write_indexed_dataset
 from training.llama31_8b import data
 
 

@@ -54,7 +54,7 @@ def run_preflight(env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(demo_data, tmp_path):
     """`python -m training.preflight` for BENCHMARK=llama31_8b: the doctor's report for this benchmark, its
-    check, then `python -m input_preprocessing.llama.verify DATADIR --preflight` on the run's files."""
+    check, then `python -m input_preprocessing.llama31_8b.verify DATADIR --preflight` on the run's files."""
     env = {**DEMO, "INDEX_CACHE_DIR": str(tmp_path / "idx"), "LOGDIR": str(tmp_path)}
     ok = run_preflight({**env, "DATADIR": str(demo_data)})
     assert ok.returncode == 0, ok.stderr
@@ -70,11 +70,11 @@ def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(de
 
 
 def test_a_missing_fp8_backend_is_a_preflight_problem(monkeypatch, demo_data, tmp_path):
-    from training.common.preflight import fp8_backend_auto
+    from training.fp8 import auto_backend
 
     no_fp8_backend(monkeypatch)
     env = {**DEMO, "DATADIR": str(demo_data), "INDEX_CACHE_DIR": str(tmp_path / "idx")}
     (problem,) = check({**env, "PRECISION": "fp8"})
     assert "FP8 needs Transformer Engine or torchao; neither is importable" in problem
     assert check({**env, "PRECISION": "bf16"}) == []
-    assert fp8_backend_auto().startswith("none (")  # what the doctor shows
+    assert auto_backend().startswith("none (")  # what the doctor shows

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from input_preprocessing.llama import verify
-from input_preprocessing.llama.preprocess import write_indexed_dataset
+from input_preprocessing.llama31_8b import verify
+from input_preprocessing.llama31_8b.preprocess import write_indexed_dataset
 from tests.llama.helpers import ROOT, subprocess_env
 
-PREPARE = ROOT / "input_preprocessing" / "llama" / "prepare_data.sh"
+PREPARE = ROOT / "input_preprocessing" / "llama31_8b" / "prepare_data.sh"
 
 # Stands in for mlc-r2-downloader.sh with the same command line (`-d DIR URI`) and the same behaviour that
 # matters here: fetch <name>.md5, fetch the files it lists (resuming: existing complete files are kept),

@@ -114,6 +114,9 @@ def test_not_converging_ends_aborted(tmp_path, demo_data):
         "status": "aborted",
         "samples_count": 512,
     }
+    # the last evaluation falls on the step limit: no block opens after it
+    blocks = [(e["key"], e["metadata"]["samples_count"]) for e in mllog(log) if e["key"].startswith("block_")]
+    assert blocks[-2:] == [("block_start", 256), ("block_stop", 512)]
 
 
 def test_missing_data_is_a_named_error(tmp_path):

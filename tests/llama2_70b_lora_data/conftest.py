@@ -24,6 +24,7 @@ import pytest
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, models
 
+from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.llama2_70b_lora import govreport, layout, model
 
 SEQ = 16
@@ -150,8 +151,8 @@ def world(hub_root, tmp_path, monkeypatch) -> World:
     for split, data in rows.items():
         path = tmp_path / "expected" / f"{split}.npy"
         splits[split] = {"file": f"{split}.npy", "rows": len(data), "size": layout.save_rows(path, data)}
-        md5s.append(layout.md5_file(path))
-    parquet = [layout.md5_file(hub_root / govreport.REPO_ID / name) for name in govreport.PARQUET.values()]
+        md5s.append(file_hash(path))
+    parquet = [file_hash(hub_root / govreport.REPO_ID / name) for name in govreport.PARQUET.values()]
     monkeypatch.setattr(govreport, "SEQ_LENGTH", SEQ)
     monkeypatch.setattr(govreport, "SPLITS", splits)
     monkeypatch.setattr(govreport, "NPY_DIR_MD5", layout.directory_md5(md5s))

@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from input_preprocessing.bert.runtime import PrepError
-from input_preprocessing.llama2_70b_lora import govreport, layout
+from input_preprocessing.common.checksums import file_hash
+from input_preprocessing.common.runtime import PrepError
+from input_preprocessing.llama2_70b_lora import govreport
 from tests.llama2_70b_lora_data.make_numpy1_golden import SHAPES, columns
 from tests.llama2_70b_lora_data.test_layout import GOLDEN
 
@@ -44,7 +45,7 @@ def test_parquet_to_the_bytes_of_amds_converter(tmp_path):
         rows, length = SHAPES[split]
         meta = govreport.convert(tmp_path / f"{split}.parquet", tmp_path / f"{split}.npy", rows, length)
         assert (tmp_path / f"{split}.npy").read_bytes() == (GOLDEN / f"{split}.npy").read_bytes()
-        assert meta["md5"] == layout.md5_file(GOLDEN / f"{split}.npy") and meta["rows"] == rows
+        assert meta["md5"] == file_hash(GOLDEN / f"{split}.npy") and meta["rows"] == rows
     with pytest.raises(PrepError, match="5 rows, expected 6"):
         govreport.convert(tmp_path / "train.parquet", tmp_path / "x.npy", 6, SHAPES["train"][1])
     with pytest.raises(PrepError, match="5 rows are not 16 tokens long"):

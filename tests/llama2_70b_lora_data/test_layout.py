@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.llama2_70b_lora import govreport, layout
 from tests.llama2_70b_lora_data.make_numpy1_golden import SHAPES, columns
 
@@ -91,4 +92,4 @@ def test_directory_md5_is_amds_hash(tmp_path):
 
     digests = sorted(hashlib.md5(p.read_bytes()).hexdigest() for p in (tmp_path / "a", tmp_path / "b"))
     want = hashlib.md5("".join(digests).encode()).hexdigest()
-    assert layout.directory_md5([layout.md5_file(tmp_path / "b"), layout.md5_file(tmp_path / "a")]) == want
+    assert layout.directory_md5([file_hash(tmp_path / "b"), file_hash(tmp_path / "a")]) == want

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from input_preprocessing.bert import runtime
-from input_preprocessing.bert.runtime import PrepError
+from input_preprocessing.common import runtime
+from input_preprocessing.common.runtime import PrepError
 from input_preprocessing.llama2_70b_lora import govreport, layout, model, prepare, verify
 from tests.llama2_70b_lora_data.conftest import SHARDS, GatedRepoError
 

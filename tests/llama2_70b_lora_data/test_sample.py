@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from input_preprocessing.bert.runtime import PrepError
-from input_preprocessing.llama.sample import WIKI_SAMPLE, extract_articles
+from input_preprocessing.common.runtime import PrepError
+from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
 from input_preprocessing.llama2_70b_lora import layout, prepare, sample, verify
 
 SEQ = 128

@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
+from input_preprocessing.common.checksums import KEY, file_hash, sampled_sha256
 from input_preprocessing.llama2_70b_lora import layout, verify
-from input_preprocessing.sampled import KEY, sampled_sha256
 from tests.llama2_70b_lora_data.conftest import word_tokenizer, write_fake_model
 
 SEQ, VOCAB = 8, 50
@@ -24,7 +24,7 @@ def good_rows(n: int) -> list[dict]:
 def write_split(folder, split, rows, meta) -> None:
     path = folder / "data" / f"{split}.npy"
     size = layout.save_rows(path, rows)
-    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": layout.md5_file(path),
+    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": file_hash(path),
                              KEY: sampled_sha256(path)}  # as data preparation records it  # fmt: skip
     layout.write_meta(folder / "data", meta)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from training.common.preflight import check_gpus, fp8_problems, load_config
+from training.common.preflight import check_gpus, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
@@ -34,7 +34,10 @@ def check(environ: Mapping[str, str]) -> list[str]:
     problems += scale
     if len(shards) < cfg.world_size():
         problems.append(f"{len(shards)} shards in {paths['train_dir']} cannot feed {cfg.world_size()} ranks")
-    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    from training.fp8 import backend_problems
+
+    problems += backend_problems(cfg.requested_precision(), cfg.fp8_backend)
+    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import sys
-import time
 from contextlib import ExitStack, nullcontext
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from training.benchmarks import BENCHMARKS
 from training.bert import attention as attention_impls
 from training.bert import data
-from training.bert.config import OFFICIAL_TARGET, BertConfig
+from training.bert.config import BENCHMARK, OFFICIAL_TARGET, BertConfig
 from training.bert.model import (
     BertForPackedPretraining,
     BertShape,
@@ -31,33 +28,81 @@ from training.bert.model import (
 )
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
 from training.common import backends, dist, outcome
-from training.common.config import ConfigError, config_from_environment, write_effective_config
+from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
+from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8, calibrate
-
-BENCHMARK = BENCHMARKS["bert"]
 
 
 def main() -> outcome.Outcome:
     cfg = config_from_environment(BertConfig, __doc__)
     info = dist.init_distributed()
-    mllog = MLLogger(info.rank)
-    mllog.event(constants.CACHE_CLEAR, cfg.clear_caches)
-    mllog.start(constants.INIT_START)
-    mllog.submission(BENCHMARK.name, cfg.org, cfg.platform, cfg.num_nodes)
-
-    seed = dist.broadcast_int(
-        cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31), info.device
-    )
-    mllog.event(constants.SEED, seed)
+    seed = dist.run_seed(cfg.seed, info.device)
+    run = MLPerfRun(BENCHMARK, cfg, info, seed, "bert")
     dist.seed_everything(seed + info.rank)
     gbs = cfg.global_batch_size(info.world_size)
-    log_hyperparameters(mllog, cfg, gbs)
+    log_hyperparameters(run.mllog, cfg, gbs)
 
     paths = cfg.paths()
+    precision = backends.choose_precision(cfg.requested_precision())
+    model, fp8, chosen = build_model(cfg, paths, info.device, precision)
+    chosen |= {"optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
+               "data_parallel": "ddp" if info.world_size > 1 else "none",
+               "residual_dtype": cfg.residual_dtype,
+               "compile": cfg.compile_mode if cfg.compile else "none",
+               "loss_scale": f"dynamic from {cfg.init_loss_scale}" if precision == "fp16" else "none",
+               "platform": backends.platform_name()}  # fmt: skip
+    run.log_backends(chosen)
+    run.mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
+
+    optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
+    train_model = apply_compile(apply_data_parallel(model, info), cfg.compile, cfg.compile_mode)
+    autocast = autocast_context(precision, info.device, fp8)
+    run.write_config({"world_size": info.world_size, "global_batch_size": gbs, "backends": chosen})
+    warm_up(
+        train_model, optimizer, cfg, autocast, info, loss_scaler(precision, cfg.init_loss_scale, info.device)
+    )
+    scaler = loss_scaler(precision, cfg.init_loss_scale, info.device)
+    max_steps = cfg.max_train_steps(info.world_size)
+
+    @functools.cache
+    def eval_set() -> list[data.Batch]:
+        """This rank's eval batches: read at the first evaluation and kept on the device."""
+        batches = data.eval_batches(paths["eval_dir"], cfg.num_eval_examples, info.rank, info.world_size,
+                                    cfg.eval_batch_size, cfg.max_seq_length)  # fmt: skip
+        return [b.to(info.device) for b in batches]
+
+    def start_training():
+        shards = data.list_shards(paths["train_dir"])
+        batches = data.Prefetcher(data.train_batches(shards, info.rank, info.world_size, cfg.batch_size,
+                                                     cfg.max_seq_length, seed, static=cfg.compile),
+                                  info.device)  # fmt: skip
+
+        def one_step(index: int) -> StepResult:
+            lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            return StepResult(train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info,
+                                         scaler), lr)  # fmt: skip
+
+        return one_step
+
+    return run.train(
+        Schedule(gbs, max_steps, set(cfg.eval_steps(info.world_size)), cfg.log_freq),
+        start_training,
+        lambda: evaluate(model, eval_set(), autocast, info.device),
+        cfg.target_accuracy,
+        metric="eval_accuracy",
+        eval_samples=data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples),
+    )
+
+
+def build_model(cfg: BertConfig, paths: dict, device: torch.device, precision: str):
+    """(model, FP8 hooks, what was chosen): the model of BERT_CONFIG with its attention, the checkpoint's
+    weights (or a random init) on `device`, FP8 swapped in for PRECISION=fp8."""
     shape = BertShape.from_json(paths["bert_config"])
     attention = attention_impls.choose_attention(cfg.attention)
-    precision = backends.choose_precision(cfg.requested_precision())
     if cfg.residual_dtype == "bf16" and precision not in ("bf16", "fp8"):
         raise ConfigError(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8; PRECISION={cfg.precision} "
                           f"resolved to {precision} here")  # fmt: skip
@@ -65,101 +110,9 @@ def main() -> outcome.Outcome:
     model.set_residual_dtype(torch.bfloat16 if cfg.residual_dtype == "bf16" else None)
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
-    model.to(info.device)
+    model.to(device)
     fp8 = apply_fp8(model, fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts) if precision == "fp8" else None)
-    chosen = {"attention": attention, "precision": precision, "fp8": fp8.description,
-              "optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
-              "data_parallel": "ddp" if info.world_size > 1 else "none",
-              "residual_dtype": cfg.residual_dtype,
-              "compile": cfg.compile_mode if cfg.compile else "none",
-              "loss_scale": f"dynamic from {cfg.init_loss_scale}" if precision == "fp16" else "none",
-              "platform": backends.platform_name()}  # fmt: skip
-    for key, value in chosen.items():
-        mllog.event(f"backend_{key}", value)
-    mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
-
-    optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
-    train_model = apply_compile(apply_data_parallel(model, info), cfg.compile, cfg.compile_mode)
-    autocast = autocast_context(precision, info.device, fp8)
-    if cfg.logdir and cfg.run_tag and info.is_main:
-        extra = {"seed": seed, "world_size": info.world_size, "global_batch_size": gbs, "backends": chosen,
-                 "versions": backends.versions(), "available": backends.available()}  # fmt: skip
-        write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
-    warm_up(
-        train_model, optimizer, cfg, autocast, info, loss_scaler(precision, cfg.init_loss_scale, info.device)
-    )
-    scaler = loss_scaler(precision, cfg.init_loss_scale, info.device)
-    eval_steps = set(cfg.eval_steps(info.world_size))
-    max_steps = cfg.max_train_steps(info.world_size)
-    dist.barrier()
-    mllog.end(constants.INIT_STOP)
-
-    # ---- timed region: MLPerf's clock starts before any training data is touched ----
-    mllog.start(constants.RUN_START)
-    mllog.start(constants.BLOCK_START, metadata={"first_epoch_num": 0, "epoch_count": 1})
-    batches = data.Prefetcher(
-        data.train_batches(
-            data.list_shards(paths["train_dir"]),
-            info.rank,
-            info.world_size,
-            cfg.batch_size,
-            cfg.max_seq_length,
-            seed,
-            static=cfg.compile,
-        ),
-        info.device,
-    )
-    eval_set = None
-    status, accuracy, step, samples, diverged = constants.ABORTED, 0.0, 0, 0, ""
-    window_start, window_samples = time.perf_counter(), 0  # throughput window: training since the last eval
-    finite = torch.ones((), dtype=torch.bool, device=info.device)
-    while step < max_steps:
-        for lr_group in optimizer.param_groups:
-            lr_group["lr"] = poly_warmup_lr(
-                step, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step
-            )
-        loss = train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info, scaler)
-        finite &= torch.isfinite(loss)
-        step += 1
-        samples += gbs
-        window_samples += gbs
-        if step % cfg.log_freq == 0 or step in eval_steps or step == max_steps:
-            if dist.any_rank(~finite):
-                diverged = f"non-finite loss at step {step}"
-                print(f"bert: {diverged}; ending the run as aborted", file=sys.stderr)
-                break
-            if info.is_main and step % cfg.log_freq == 0:
-                print(
-                    f"step {step} samples {samples} loss {loss.item():.4f} "
-                    f"lr {optimizer.param_groups[0]['lr']:.3e}"
-                )
-        if step not in eval_steps:
-            continue
-        train_time = time.perf_counter() - window_start  # the NaN check above synchronised the device
-        mllog.start(constants.EVAL_START, metadata={"epoch_num": samples})
-        if eval_set is None:  # read once, kept on the device for every later eval
-            eval_set = [b.to(info.device) for b in data.eval_batches(
-                paths["eval_dir"], cfg.num_eval_examples, info.rank, info.world_size, cfg.eval_batch_size,
-                cfg.max_seq_length)]  # fmt: skip
-        accuracy = evaluate(model, eval_set, autocast, info.device)
-        mllog.end(constants.EVAL_STOP, metadata={"epoch_num": samples})
-        mllog.event(constants.EVAL_ACCURACY, accuracy, metadata={"epoch_num": samples})
-        throughput = window_samples / max(train_time, 1e-9)
-        mllog.event(
-            "tracked_stats", {"throughput": throughput, "epoch_num": samples}, metadata={"step": step}
-        )
-        if accuracy >= cfg.target_accuracy:
-            status = constants.SUCCESS
-            break
-        window_start, window_samples = time.perf_counter(), 0
-    mllog.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 0})
-    mllog.event(constants.TRAIN_SAMPLES, samples)
-    mllog.event(constants.EVAL_SAMPLES, data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples))
-    mllog.end(constants.RUN_STOP, metadata={"status": status})
-    dist.shutdown()
-    progress = f"eval_accuracy {accuracy:.4f} (target {cfg.target_accuracy}) after {samples} samples"
-    return outcome.ended(status == constants.SUCCESS, progress, diverged)
+    return model, fp8, {"attention": attention, "precision": precision, "fp8": fp8.description}
 
 
 def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp8Settings:

@@ -20,9 +20,10 @@ import types
 import typing
 from pathlib import Path
 
-from training import benchmarks, fp8
 from training.common import backends
 from training.common.files import write_text_atomic
+from training.fp8.choices import BACKENDS as FP8_BACKENDS
+from training.fp8.choices import CASTS as FP8_CASTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +94,7 @@ class RunSettings:
 
     PRECISIONS: typing.ClassVar[tuple[str, ...]] = ("auto", "fp32", "bf16", "fp8")
     BATCH_VAR: typing.ClassVar[str] = ""  # the variable the third number of DGXSYSTEM's NxGxB names
-    BENCHMARK_NAME: typing.ClassVar[str] = ""  # its row in training.benchmarks
+    BENCHMARK: typing.ClassVar[typing.Any] = None  # its row of training.benchmarks (set by each benchmark)
 
     seed: int | None = var(
         "SEED", None, help="run seed; drawn at random when unset", bounds="[0, 2147483648)"
@@ -151,8 +152,8 @@ class RunSettings:
         problems = [problem for problem in bounds if problem]
         for name, value, choices in (
             ("PRECISION", self.precision, self.PRECISIONS),
-            ("FP8_BACKEND", self.fp8_backend, fp8.BACKENDS),
-            ("FP8_CASTS", self.fp8_casts, fp8.CASTS),
+            ("FP8_BACKEND", self.fp8_backend, FP8_BACKENDS),
+            ("FP8_CASTS", self.fp8_casts, FP8_CASTS),
         ):
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
@@ -160,11 +161,12 @@ class RunSettings:
             problems.append(f"FP8=1 (bf16 with FP8 matmuls) contradicts PRECISION={self.precision}")
         if self.fp8_switch is False and self.precision == "fp8":
             problems.append("FP8=0 contradicts PRECISION=fp8")
-        name = self.BENCHMARK_NAME
-        ruleset = benchmarks.BENCHMARKS[name].ruleset if name else None
-        if self.ruleset and ruleset and self.ruleset != ruleset:
-            problems.append(f"MLPERF_RULESET={self.ruleset}: {name} is scored under ruleset {ruleset} here "
-                            "(training/benchmarks.py); unset it or set it to that")  # fmt: skip
+        bench = self.BENCHMARK
+        if self.ruleset and bench and self.ruleset != bench.ruleset:
+            problems.append(
+                f"MLPERF_RULESET={self.ruleset}: {bench.name} is scored under ruleset "
+                f"{bench.ruleset} here (training/benchmarks.py); unset it or set it to that"
+            )
         return problems
 
     def scale_problems(self, world_size: int | None = None) -> list[str]:

@@ -86,6 +86,12 @@ def broadcast_int(value: int, device: torch.device) -> int:
     return int(t.item())
 
 
+def run_seed(seed: int | None, device: torch.device) -> int:
+    """The run's seed on every rank: SEED when set, else one drawn on rank 0."""
+    drawn = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    return broadcast_int(drawn, device)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -18,20 +18,24 @@ ROOT = Path(__file__).resolve().parents[2]
 class MLLogger:
     def __init__(self, rank: int = 0):
         self.enabled = rank == 0
+        self.logged: set[str] = set()  # the keys logged so far (on every rank): what the run's end still owes
         mllog.config(default_stack_offset=2, root_dir=str(ROOT))
         self._log = mllog.get_mllogger()
 
     def event(self, key: str, value=None, metadata: dict | None = None) -> None:
+        self.logged.add(key)
         if self.enabled:
             self._log.event(key=key, value=value, metadata=metadata)
             sys.stdout.flush()
 
     def start(self, key: str, value=None, metadata: dict | None = None) -> None:
+        self.logged.add(key)
         if self.enabled:
             self._log.start(key=key, value=value, metadata=metadata)
             sys.stdout.flush()
 
     def end(self, key: str, value=None, metadata: dict | None = None) -> None:
+        self.logged.add(key)
         if self.enabled:
             self._log.end(key=key, value=value, metadata=metadata)
             sys.stdout.flush()

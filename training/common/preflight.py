@@ -1,5 +1,5 @@
-"""Checks every benchmark's preflight shares: the config the launcher passed, FP8's backend, the GPUs the
-config asks for, and the launcher's world size; and the FP8 backend `auto` picks, for the doctor."""
+"""Checks every benchmark's preflight shares: the config the launcher passed, the GPUs the config asks for,
+and the launcher's world size. (FP8's backend is checked by `training.fp8.backend_problems`.)"""
 
 from __future__ import annotations
 
@@ -19,35 +19,6 @@ def load_config(cls: type[RunSettings], environ: Mapping[str, str]) -> tuple[Run
     except ConfigError as err:
         return None, [str(err)]
     return cfg, cfg.scale_problems(launch_world_size(environ))
-
-
-def fp8_problems(cfg: RunSettings) -> list[str]:
-    """PRECISION=fp8 (or FP8=1) needs a backend here: FP8_BACKEND's (auto: `training.fp8.choose_backend`)."""
-    if cfg.requested_precision() != "fp8":
-        return []
-    from training.fp8 import choose_backend
-
-    try:
-        choose_backend(cfg.fp8_backend)
-    except ValueError as err:
-        return [str(err)]
-    return []
-
-
-def fp8_backend_auto() -> str:
-    """What FP8_BACKEND=auto picks on this machine (and why not Transformer Engine, where the image has it),
-    or why none."""
-    from training.common.backends import importable
-    from training.fp8 import choose_backend
-
-    try:
-        chosen = choose_backend("auto")
-    except ValueError as err:
-        return f"none ({err})"
-    if chosen == "native" and importable("transformer_engine"):
-        why = "has not run on this project's GPUs; native is the path measured and curve-checked"
-        chosen += f" (Transformer Engine importable, but {why}: perf/RESULTS.md; FP8_BACKEND=te asks for it)"
-    return chosen
 
 
 def check_gpus(wanted: int, cpu_demo: bool) -> list[str]:

@@ -23,11 +23,10 @@ from torch import nn
 
 from training.common.backends import importable
 from training.fp8 import casts, gather, native
+from training.fp8.choices import BACKENDS, CASTS, RECIPES
 from training.fp8.native import Fp8Linear, FusedFp8MLP
 
-BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND
-RECIPES = ("tensorwise", "rowwise")  # FP8_RECIPE (torchao)
-CASTS = ("auto", "pytorch")  # FP8_CASTS (native)
+__all__ = ["BACKENDS", "CASTS", "RECIPES"]  # the settings' values, kept in `choices` for the config code
 
 
 @dataclass(frozen=True)
@@ -89,6 +88,30 @@ def choose_backend(requested: str) -> str:
     if not importable(module):
         raise ValueError(f"FP8_BACKEND={requested} but {module} is not importable")
     return requested
+
+
+def backend_problems(precision: str, backend: str) -> list[str]:
+    """The preflight's check: PRECISION=fp8 (resolved, FP8=1 folded in) needs FP8_BACKEND's backend here."""
+    if precision != "fp8":
+        return []
+    try:
+        choose_backend(backend)
+    except ValueError as err:
+        return [str(err)]
+    return []
+
+
+def auto_backend() -> str:
+    """What FP8_BACKEND=auto picks on this machine (and why not Transformer Engine, where the image has it),
+    or why none: for the doctor."""
+    try:
+        chosen = choose_backend("auto")
+    except ValueError as err:
+        return f"none ({err})"
+    if chosen == "native" and importable("transformer_engine"):
+        why = "has not run on this project's GPUs; native is the path measured and curve-checked"
+        chosen += f" (Transformer Engine importable, but {why}: perf/RESULTS.md; FP8_BACKEND=te asks for it)"
+    return chosen
 
 
 def _rocm_arch() -> str:

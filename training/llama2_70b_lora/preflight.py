@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from training.common.preflight import check_gpus, fp8_backend_auto, fp8_problems, load_config
+from training.common.preflight import check_gpus, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
@@ -34,13 +34,17 @@ def check(environ: Mapping[str, str]) -> list[str]:
                     problems.append(f"{paths['model']}/config.json: heads do not divide the hidden size")
             except CheckpointError as err:
                 problems.append(str(err))
-    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    from training.fp8 import backend_problems
+
+    problems += backend_problems(cfg.requested_precision(), cfg.fp8_backend)
+    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:
     """What this benchmark would use on this machine, for the doctor."""
     import torch
 
+    from training.fp8 import auto_backend
     from training.llama.model import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -49,4 +53,4 @@ def report() -> list[tuple[str, str]]:
         attention, "PyTorch's varlen flash kernel" if torch.version.cuda and device.type == "cuda" else
         "one SDPA call per sequence")  # fmt: skip
     return [("attention (auto)", attention), ("packed rows", packed),
-            ("fp8 backend (auto)", fp8_backend_auto())]  # fmt: skip
+            ("fp8 backend (auto)", auto_backend())]  # fmt: skip

@@ -13,20 +13,15 @@ How the run ended goes to LOGDIR/<RUN_TAG>.outcome.json and its exit status (tra
 
 from __future__ import annotations
 
-import math
-import random
+import functools
 import sys
-import time
-from contextlib import nullcontext
-
-import torch
 
 from training.common import backends, dist, outcome
-from training.common.config import config_from_environment, write_effective_config
+from training.common.config import config_from_environment
 from training.common.mllog import MLLogger, constants
+from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.llama import optim, parallel
-from training.llama.model import compiled_cross_entropy, cross_entropy
-from training.llama.step import Step, evaluate_batches, train_step, warm_up
+from training.llama.step import evaluate_batches, train_step, trainer_step, warm_up
 from training.llama2_70b_lora import data
 from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, LR_SCHEDULE, LoraConfig
 from training.llama2_70b_lora.model import build_model, is_llama2_70b, model_shape
@@ -37,20 +32,14 @@ def main() -> outcome.Outcome:
     info = dist.init_distributed()
     par = cfg.parallelism(info.world_size)
     gbs = cfg.global_batch_size(info.world_size)
-    seed = dist.broadcast_int(
-        cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31), info.device
-    )
+    seed = dist.run_seed(cfg.seed, info.device)
     shape, paths = model_shape(cfg), cfg.paths()
 
-    mllog = MLLogger(info.rank)
-    mllog.event(constants.CACHE_CLEAR, cfg.clear_caches)
-    mllog.start(constants.INIT_START)
-    mllog.submission(BENCHMARK.name, cfg.org, cfg.platform, cfg.num_nodes)
-    mllog.event(constants.SEED, seed)
+    run = MLPerfRun(BENCHMARK, cfg, info, seed, "lora")
     dist.seed_everything(seed)
     train_rows = data.load_rows(paths["train"], cfg.seq_length, shape.vocab_size)
     valid_rows = data.load_rows(paths["valid"], cfg.seq_length, shape.vocab_size)
-    log_hyperparameters(mllog, cfg, par, gbs, len(train_rows), len(valid_rows), is_llama2_70b(shape))
+    log_hyperparameters(run.mllog, cfg, par, gbs, len(train_rows), len(valid_rows), is_llama2_70b(shape))
 
     precision = backends.choose_precision(cfg.requested_precision())
     on_gpu = info.device.type == "cuda"
@@ -61,93 +50,38 @@ def main() -> outcome.Outcome:
     )
     chosen = {"platform": backends.platform_name(), "precision": precision, **chosen,
               "optimizer": f"AdamW ({impl}), the adapters only"}  # fmt: skip
-    for key, value in chosen.items():
-        mllog.event(f"backend_{key}", value)
-        if info.is_main:
-            print(f"lora: {key}: {value}", flush=True)
-    bf16_autocast = precision in ("bf16", "fp8") and chosen["data_parallel"] == "off"
-    step = Step(
-        model, optimizer, par, info.device, mesh,
-        loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy,
-        autocast=torch.autocast(info.device.type, torch.bfloat16) if bf16_autocast else nullcontext(),
-        fp8=fp8, clip_norm=cfg.clip_norm,
-    )  # fmt: skip
+    run.log_backends(chosen)
+    step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
+                        compiled=cfg.compile, fp8=fp8, clip_norm=cfg.clip_norm)  # fmt: skip
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
-    if cfg.logdir and cfg.run_tag and info.is_main:
-        extra = {"seed": seed, "global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,
-                 "deviations": cfg.deviations(is_llama2_70b(shape)), "model_shape": str(shape),
-                 "trainable_parameters": adapters, "model_flops_per_token": flops_per_token,
-                 "versions": backends.versions(), "available": backends.available()}  # fmt: skip
-        write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
+    run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,
+                      "deviations": cfg.deviations(is_llama2_70b(shape)), "model_shape": str(shape),
+                      "trainable_parameters": adapters,
+                      "model_flops_per_token": flops_per_token})  # fmt: skip
     if cfg.warmup:
         warm_up(step, cfg.warmup_train_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
     sampler = data.Sampler(len(train_rows), gbs, cfg.minibs, cfg.micro_batch_size, info.rank, seed)
     first_eval, eval_every = cfg.eval_steps(info.world_size)
-    dist.barrier()
-    mllog.end(constants.INIT_STOP)
+    validation = functools.cache(lambda: data.eval_batches(valid_rows, info.rank, info.world_size))
 
-    # ---- timed region ----
-    mllog.start(constants.RUN_START)
-    mllog.start(constants.BLOCK_START, metadata={"samples_count": 0})
-    status, step_count, samples, next_eval, in_block = constants.ABORTED, 0, 0, first_eval, True
-    val_loss, diverged = math.nan, ""
-    window_start, window_samples = time.perf_counter(), 0
-    finite = torch.ones((), dtype=torch.bool, device=info.device)
-    validation = None
-    while step_count < cfg.max_steps:
-        lr = optim.cosine_with_warmup(step_count, cfg.lr, 0, cfg.max_steps, 0.0)
-        micro = [data.micro_batch(train_rows, rows) for rows in sampler.step(step_count)]
+    def one_step(index: int) -> StepResult:
+        lr = optim.cosine_with_warmup(index, cfg.lr, 0, cfg.max_steps, 0.0)
+        micro = [data.micro_batch(train_rows, rows) for rows in sampler.step(index)]
         loss, grad_norm = train_step(step, micro, lr)
-        step_count += 1
-        samples += gbs
-        window_samples += gbs
-        finite &= torch.isfinite(loss)
-        if step_count % cfg.log_freq == 0 or step_count in (next_eval, cfg.max_steps):
-            if dist.any_rank(~finite):
-                diverged = f"non-finite loss by step {step_count}"
-                print(f"lora: {diverged}; ending the run as aborted", file=sys.stderr)
-                break
-            if info.is_main and step_count % cfg.log_freq == 0:
-                print(f"step {step_count} samples {samples} loss {loss.item():.4f} lr {lr:.3e} "
-                      f"grad_norm {grad_norm.item():.4f}", flush=True)  # fmt: skip
-        if step_count != next_eval:
-            continue
-        if on_gpu:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - window_start
-        tokens_per_gpu = window_samples * cfg.seq_length / seconds / info.world_size
-        stats = {"throughput": window_samples / seconds, "tokens_per_s_per_gpu": tokens_per_gpu,
-                 "model_tflops_per_gpu": tokens_per_gpu * flops_per_token / 1e12, "train_loss": loss.item(),
-                 "lr": lr}  # fmt: skip
-        mllog.event("tracked_stats", stats, metadata={"samples_count": samples, "step": step_count})
-        mllog.end(constants.BLOCK_STOP, metadata={"samples_count": samples})
-        in_block = False
-        mllog.start(constants.EVAL_START, metadata={"samples_count": samples})
-        if validation is None:
-            validation = data.eval_batches(valid_rows, info.rank, info.world_size)
-        batches, rounds = validation
-        val_loss = evaluate_batches(step, batches, rounds, data.micro_batch(valid_rows, [0]))
-        mllog.event(constants.EVAL_ACCURACY, val_loss, metadata={"samples_count": samples})
-        mllog.end(constants.EVAL_STOP, metadata={"samples_count": samples})
-        if info.is_main:
-            print(f"eval at {samples} samples: loss {val_loss:.4f} (target {cfg.target})", flush=True)
-        if val_loss <= cfg.target:
-            status = constants.SUCCESS
-            break
-        if not math.isfinite(val_loss):
-            diverged = f"non-finite validation loss at {samples} samples"
-            break
-        next_eval += eval_every
-        if step_count < cfg.max_steps:
-            mllog.start(constants.BLOCK_START, metadata={"samples_count": samples})
-            in_block, window_start, window_samples = True, time.perf_counter(), 0
-    if in_block:
-        mllog.end(constants.BLOCK_STOP, metadata={"samples_count": samples})
-    mllog.end(constants.RUN_STOP, metadata={"samples_count": samples, "status": status})
-    dist.shutdown()
-    progress = f"eval loss {val_loss:.4f} (target {cfg.target}) after {samples} samples"
-    return outcome.ended(status == constants.SUCCESS, progress, diverged)
+        return StepResult(loss, lr, grad_norm)
+
+    def throughput_per_gpu(samples_per_second: float) -> dict:
+        tokens = samples_per_second * cfg.seq_length / info.world_size
+        return {"tokens_per_s_per_gpu": tokens, "model_tflops_per_gpu": tokens * flops_per_token / 1e12}
+
+    return run.train(
+        Schedule(gbs, cfg.max_steps, range(first_eval, cfg.max_steps + 1, eval_every), cfg.log_freq),
+        lambda: one_step,  # the rows are in memory already
+        lambda: evaluate_batches(step, *validation(), data.micro_batch(valid_rows, [0])),
+        cfg.target,
+        stats=throughput_per_gpu,
+    )
 
 
 def log_hyperparameters(

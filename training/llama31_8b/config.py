@@ -39,7 +39,7 @@ LR_SCHEDULE = "cosine with linear warmup"
 
 @dataclass(frozen=True, kw_only=True)
 class LlamaPretrainConfig(RunSettings):
-    BENCHMARK_NAME = "llama31_8b"
+    BENCHMARK = BENCHMARK  # its row of the table: the shared checks read its name and ruleset
     # (the third number of AMD's and NVIDIA's Llama config names is not MBS: MI355X_1x8x1 has MBS 2)
     datadir: Path = var("DATADIR", help="folder with the preprocessed C4 .bin/.idx files")
     gbs: int = var("GBS", help="sequences per optimizer step", aliases=("GLOBAL_BATCH_SIZE",), bounds="> 0")

@@ -16,52 +16,13 @@ first evaluation, and kept in memory.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from training.common import outcome
-
-
-class DataError(outcome.DataError):
-    """A missing, short or unreadable data file; the message names it."""
-
-
-@contextlib.contextmanager
-def _quiet_megatron():
-    """megatron-core warns at import that TE and apex are missing (we do not use its kernels) and logs
-    every index it builds at INFO."""
-    level = logging.getLogger("megatron").level
-    logging.getLogger("megatron").setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex|apex).*")
-        try:
-            yield
-        finally:
-            logging.getLogger("megatron").setLevel(level)
-
-
-def check_prefix(prefix: Path) -> None:
-    missing = [f"{prefix}{ext}" for ext in (".bin", ".idx") if not Path(f"{prefix}{ext}").is_file()]
-    if missing:
-        raise DataError(f"missing data file(s): {', '.join(missing)}")
-
-
-def open_indexed(prefix: Path):
-    """megatron-core's IndexedDataset (mmap'ed .bin, the .idx read once)."""
-    check_prefix(prefix)
-    with _quiet_megatron():
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-        try:
-            return IndexedDataset(str(prefix), multimodal=False, mmap=True)
-        except (AssertionError, ValueError, OSError) as err:
-            raise DataError(f"{prefix}.idx/.bin: not a readable Megatron indexed dataset ({err})") from None
+from training.common.indexed import DataError, check_prefix, open_indexed, quiet_megatron
 
 
 class _TokenIds:
@@ -85,7 +46,7 @@ def build_train_dataset(
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"INDEX_CACHE_DIR {cache_dir} is not writable ({err})") from None
-    with _quiet_megatron():
+    with quiet_megatron():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 

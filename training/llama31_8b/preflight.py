@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from training.common.preflight import check_gpus, fp8_backend_auto, fp8_problems, load_config
+from training.common.preflight import check_gpus, load_config
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
@@ -38,17 +38,21 @@ def check(environ: Mapping[str, str]) -> list[str]:
     probe = cache if cache.exists() else cache.parent
     if not os.access(probe, os.W_OK):
         problems.append(f"INDEX_CACHE_DIR {cache} is not writable")
-    return problems + fp8_problems(cfg) + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
+    from training.fp8 import backend_problems
+
+    problems += backend_problems(cfg.requested_precision(), cfg.fp8_backend)
+    return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 
 def report() -> list[tuple[str, str]]:
     """What this benchmark would use on this machine, for the doctor."""
     import torch
 
+    from training.fp8 import auto_backend
     from training.llama.model import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     optimizer = "AdamW: ours in Triton where it matches torch's fused" if device.type == "cuda" else (
         "AdamW: torch foreach")  # fmt: skip
     return [("attention (auto)", choose_attention("auto", device)),
-            ("fp8 backend (auto)", fp8_backend_auto()), ("optimizer", optimizer)]  # fmt: skip
+            ("fp8 backend (auto)", auto_backend()), ("optimizer", optimizer)]  # fmt: skip

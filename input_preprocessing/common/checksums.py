@@ -1,5 +1,6 @@
-"""Sampled block checksums: what the fast data checks use to see bytes overwritten in place (the size kept)
-without reading whole files.
+"""Checksums of prepared files: a whole file's digest (`file_hash`: MLCommons' md5 lists, our manifests'
+sha256), and sampled block checksums, what the fast data checks use to see bytes overwritten in place (the
+size kept) without reading whole files.
 
 Data preparation records `sampled_sha256(path)` next to each file's size; the fast verify re-hashes the same
 blocks: SAMPLES blocks of 64 KiB at fixed offsets spread evenly from the start to the end of the file (the
@@ -35,4 +36,14 @@ def sampled_sha256(path: Path) -> str:
         for offset in block_offsets(size):
             f.seek(offset)
             digest.update(f.read(BLOCK))
+    return digest.hexdigest()
+
+
+def file_hash(path: Path, algorithm: str = "md5", chunk: int = 1 << 22) -> str:
+    """The hex digest of the whole file at `path` (`algorithm`: md5, sha256, any of hashlib's), read in
+    chunks."""
+    digest = hashlib.new(algorithm, usedforsecurity=False)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
     return digest.hexdigest()

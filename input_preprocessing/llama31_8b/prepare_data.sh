@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Llama 3.1 8B data. Inside the container (or anywhere with the repository's Python environment):
 #
-#   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/mlperf_llama31_8b   # MLCommons' C4 + tokenizer
-#   ./input_preprocessing/llama/prepare_data.sh --outputdir /data/llama_demo --sample # the CPU demo's data
+#   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/mlperf_llama31_8b   # MLCommons' C4 + tokenizer
+#   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/llama_demo --sample # the CPU demo's data
 #
 # Full: MLCommons' preprocessed C4 (c4-train.en_6 and the 91,205-document validation file, about 80 GB) into
 # OUTPUTDIR/data and the Llama 3.1 tokenizer into OUTPUTDIR/model, with MLCommons' R2 downloader exactly as
@@ -46,12 +46,12 @@ mkdir -p "${outputdir}"
 outputdir=$(cd "${outputdir}" && pwd)
 
 if ((sample)); then
-  "${PYTHON}" -m input_preprocessing.llama.sample --outputdir "${outputdir}"
+  "${PYTHON}" -m input_preprocessing.llama31_8b.sample --outputdir "${outputdir}"
   echo "prepare_data.sh: demo data ready; export DATADIR=${outputdir}"
   exit 0
 fi
 
-verify=("${PYTHON}" -m input_preprocessing.llama.verify --datadir "${outputdir}/data" --md5 --tokenizer "${outputdir}/model")
+verify=("${PYTHON}" -m input_preprocessing.llama31_8b.verify --datadir "${outputdir}/data" --md5 --tokenizer "${outputdir}/model")
 if "${verify[@]}" >/dev/null 2>&1; then
   echo "prepare_data.sh: ${outputdir}/data already verified; nothing to download"
 else

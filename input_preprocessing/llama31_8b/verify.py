@@ -1,6 +1,6 @@
 """Check prepared Llama 3.1 8B data: the expected files, their structure, and (with --md5) their checksums.
 
-    python -m input_preprocessing.llama.verify DATADIR [--md5] [--tokenizer DIR] [--preflight]
+    python -m input_preprocessing.llama31_8b.verify DATADIR [--md5] [--tokenizer DIR] [--preflight]
 
 Structure: each expected prefix has a `.bin` and an `.idx`; the `.idx` opens as a Megatron indexed dataset
 and the `.bin` has exactly the bytes the index describes; the validation file holds its 91,205 documents.
@@ -8,7 +8,7 @@ Checksums: every `*.md5` list in the folder (what MLCommons' R2 downloader fetch
 `<md5>  <relative path>` lines) is re-checked. Results are cached per file (size + mtime) in
 `.md5_verified.json`, written after each file, so an interrupted or repeated check resumes where it was
 and a changed file is checked again. The cache also records the sha256 of each checked file's sampled blocks
-(`input_preprocessing.sampled`): without `--md5` those blocks are re-hashed, so that bytes overwritten in
+(`common/checksums.py`): without `--md5` those blocks are re-hashed, so that bytes overwritten in
 place (the size kept) are seen in seconds before a run; a folder never checked with `--md5` gets a note that
 this was skipped. With `--preflight` (as the benchmark's preflight runs it) the files are
 the run's: TRAIN_DATA_PREFIX and VALID_DATA_PREFIX from the environment when set (the CPU default's data),
@@ -18,7 +18,6 @@ else MLPerf's. Exit status 1 names every problem.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from input_preprocessing.sampled import SKIPPED, sampled_sha256
+from input_preprocessing.common.checksums import SKIPPED, file_hash, sampled_sha256
 from training.common.files import write_text_atomic
 
 TRAIN_PREFIX = "c4-train.en_6_text_document"
@@ -42,7 +41,7 @@ def check_structure(datadir: Path, prefix: str, documents: int | None = None) ->
     missing = [f"{base}{ext}" for ext in (".bin", ".idx") if not Path(f"{base}{ext}").is_file()]
     if missing:
         return [f"missing: {m}" for m in missing]
-    from training.llama31_8b.data import DataError, open_indexed
+    from training.common.indexed import DataError, open_indexed
 
     try:
         dataset = open_indexed(base)
@@ -59,14 +58,6 @@ def check_structure(datadir: Path, prefix: str, documents: int | None = None) ->
     if documents is not None and len(dataset.document_indices) - 1 != documents:
         problems.append(f"{base}: {len(dataset.document_indices) - 1} documents, expected {documents}")
     return problems
-
-
-def md5_of(path: Path, chunk: int = 1 << 24) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_md5_list(path: Path) -> list[tuple[str, str]]:
@@ -112,7 +103,7 @@ def check_md5(datadir: Path) -> tuple[list[str], int]:
                     write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
                 continue
             checked += 1
-            actual = md5_of(path)
+            actual = file_hash(path)
             if actual != expected:
                 problems.append(
                     f"checksum mismatch: {path} has md5 {actual}, {md5_list.name} says {expected}"
@@ -144,7 +135,7 @@ def check_sampled(datadir: Path) -> tuple[list[str], list[str]]:
 
 
 def check_tokenizer(folder: Path) -> list[str]:
-    from input_preprocessing.llama.preprocess import HFTokenizer
+    from input_preprocessing.common.tokenizer import HFTokenizer
 
     found = sorted(folder.rglob("tokenizer.json")) if folder.is_dir() else []
     if not found:
@@ -189,7 +180,7 @@ def verify(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m input_preprocessing.llama.verify",
+        prog="python -m input_preprocessing.llama31_8b.verify",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

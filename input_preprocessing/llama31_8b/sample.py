@@ -1,11 +1,11 @@
 """The small default's data: the bundled Wikipedia excerpt as a C4-like indexed dataset.
 
-    python -m input_preprocessing.llama.sample --outputdir /data/llama_demo
+    python -m input_preprocessing.llama31_8b.sample --outputdir /data/llama_demo
 
-Articles are extracted with the BERT pipeline's own Wikipedia cleaner, written as JSON lines (`raw/`), a
-byte-level BPE tokenizer is trained on the training articles with `tokenizers` and saved as a Hugging Face
-tokenizer folder (`tokenizer/`), and both splits go through `preprocess` (the same path as any raw
-corpus) into `wiki-train_text_document.{bin,idx}` and `wiki-validation_text_document.{bin,idx}`. The
+Articles are extracted with the BERT pipeline's Wikipedia cleaner (`common/wikitext.py`), written as JSON
+lines (`raw/`), a byte-level BPE tokenizer is trained on the training articles with `tokenizers` and saved as
+a Hugging Face tokenizer folder (`tokenizer/`), and both splits go through `preprocess` (the same path as
+any raw corpus) into `wiki-train_text_document.{bin,idx}` and `wiki-validation_text_document.{bin,idx}`. The
 validation split is a seeded random choice of whole articles holding at least --valid-tokens tokens (the
 demo evaluates 1,024 sequences of 256 tokens). Not C4: runs on it are demos, never MLPerf results.
 """
@@ -20,55 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
-from input_preprocessing.llama.preprocess import preprocess
+from input_preprocessing.common.tokenizer import train_tokenizer
+from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
+from input_preprocessing.llama31_8b.preprocess import preprocess
 
-REPO = Path(__file__).resolve().parents[2]
-WIKI_SAMPLE = REPO / "input_preprocessing" / "bert" / "sample" / "enwiki_sample.xml.bz2"
-BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 TRAIN_PREFIX, VALID_PREFIX = "wiki-train_text_document", "wiki-validation_text_document"
 SPLIT_SEED = 1234
-
-
-def extract_articles(dump: Path) -> list[str]:
-    """Plain text of every article (paragraphs separated by a newline, like a C4 document)."""
-    from input_preprocessing.bert.wiki import iter_pages, wikitext_to_paragraphs
-
-    articles = []
-    for _title, wikitext, namespaces in iter_pages(dump):
-        text = "\n".join(wikitext_to_paragraphs(wikitext, frozenset(namespaces)))
-        if text.strip():
-            articles.append(text)
-    return articles
-
-
-def train_tokenizer(texts: list[str], vocab_size: int, folder: Path) -> Path:
-    """A byte-level BPE tokenizer (Llama 3's kind, small), saved as a Hugging Face tokenizer folder."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[BOS, EOS],
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "model_max_length": 8192,
-        "add_bos_token": False,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (folder / "special_tokens_map.json").write_text(
-        json.dumps({"bos_token": BOS, "eos_token": EOS}, indent=2) + "\n"
-    )
-    return folder
 
 
 def write_jsonl(path: Path, texts: list[str]) -> Path:
@@ -140,7 +99,7 @@ def make_sample(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m input_preprocessing.llama.sample",
+        prog="python -m input_preprocessing.llama31_8b.sample",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,6 +1,6 @@
 """Raw text -> Megatron indexed dataset (`PREFIX.bin` + `PREFIX.idx`), the format of MLCommons' C4 data.
 
-    python -m input_preprocessing.llama.preprocess --input c4-validation.json.gz --tokenizer /model \\
+    python -m input_preprocessing.llama31_8b.preprocess --input c4-validation.json.gz --tokenizer /model \\
         --output-prefix /data/c4-validation_text_document [--json-key text] [--workers 8]
 
 Input: JSON lines (`.json`/`.jsonl`, optionally `.gz`; one document per line, its text under --json-key) or
@@ -19,49 +19,14 @@ import gzip
 import json
 import os
 import sys
-import warnings
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 
-EOD_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
-
-
-class HFTokenizer:
-    """The parts of a Hugging Face tokenizer folder preprocessing needs: encode, vocabulary size, EOD id."""
-
-    def __init__(self, folder: Path, eod_token: str | None = None):
-        folder = Path(folder)
-        path = folder / "tokenizer.json" if folder.is_dir() else folder
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path}: no tokenizer.json (a Hugging Face 'fast' tokenizer folder is needed)"
-            )
-        self.path = path
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
-        self.eod_token = eod_token or self._eos_from_config(path.parent)
-        self.eod = self.tokenizer.token_to_id(self.eod_token) if self.eod_token else None
-        if self.eod is None:
-            raise ValueError(
-                f"{path}: end-of-document token {self.eod_token!r} is not in the vocabulary; pass --eod-token"
-            )
-
-    def _eos_from_config(self, folder: Path) -> str | None:
-        config = folder / "tokenizer_config.json"
-        if config.is_file():
-            eos = json.loads(config.read_text()).get("eos_token")
-            if isinstance(eos, dict):
-                eos = eos.get("content")
-            if eos:
-                return eos
-        return next((t for t in EOD_CANDIDATES if self.tokenizer.token_to_id(t) is not None), None)
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+from input_preprocessing.common.tokenizer import HFTokenizer
+from training.common.indexed import quiet_megatron
 
 
 def read_documents(path: Path, json_key: str = "text") -> Iterator[str]:
@@ -125,8 +90,7 @@ def write_indexed_dataset(
 ) -> dict:
     """Write token-id documents as PREFIX.bin/.idx (one sequence per document), atomically.
     Returns {"documents": n, "tokens": n}."""
-    with warnings.catch_warnings():  # megatron-core warns at import that TE and apex are absent (unused here)
-        warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex|apex).*")
+    with quiet_megatron():
         from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
     output_prefix = Path(output_prefix)
@@ -188,7 +152,7 @@ def preprocess(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m input_preprocessing.llama.preprocess",
+        prog="python -m input_preprocessing.llama31_8b.preprocess",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,0 +1,149 @@
+"""The one MLPerf loop (`training.common.mlperf_loop`) with a scripted step and evaluation, on one CPU
+process: the events of each log convention in order, the stops (target, step limit, non-finite loss or
+score) and the outcome each gives. The trainers' own runs are in tests/{bert,llama,llama2_70b_lora}."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from training.common.dist import DistInfo
+from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
+from training.common.outcome import Outcome
+
+CPU = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+CFG = SimpleNamespace(clear_caches=False, org="org", platform="cpu", num_nodes=1, logdir=None, run_tag=None)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str = "llm"
+    higher_is_better: bool = False
+    samples_key: str = "samples_count"
+
+
+def run(caplog, scores, row=Row(), losses=(), max_steps=4, hyperparameters=None, **train):
+    """Steps of global batch 8 (loss 2.0, or `losses` by step), evaluations after steps 2 and 4 giving
+    `scores` in turn: (outcome, the events after `seed`: (key, value, metadata), the timings left out)."""
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    steps_run = []
+    run = MLPerfRun(row, CFG, CPU, seed=7, prog="test")
+    run.mllog.hyperparameters(hyperparameters or {})
+
+    def start():
+        assert "run_start" in run.mllog.logged and "block_start" not in run.mllog.logged
+        return lambda index: (
+            steps_run.append(index) or StepResult(torch.tensor(dict(losses).get(index, 2.0)), 0.1)
+        )
+
+    scores = iter(scores)
+    ended = run.train(Schedule(8, max_steps, {2, 4}, 2), start, lambda: next(scores), 1.0, **train)
+    # (mlperf-logging's handler keeps the stdout of the process's first run: its records are read instead)
+    lines = [json.loads(m.split(":::MLLOG ", 1)[1]) for m in caplog.messages if ":::MLLOG " in m]
+    keys = [e["key"] for e in lines]
+    events = []
+    for e in lines[keys.index("seed") + 1 :]:
+        value = (
+            {k: v for k, v in e["value"].items() if k != "throughput"}
+            if isinstance(e["value"], dict)
+            else e["value"]
+        )
+        events.append(
+            (e["key"], value, {k: v for k, v in e["metadata"].items() if k not in ("file", "lineno")})
+        )
+    assert steps_run == list(range(len(steps_run)))
+    return ended, events
+
+
+def test_the_samples_count_convention_opens_a_block_for_each_stretch_of_training(caplog):
+    ended, events = run(caplog, [5.0, 4.0])
+    assert ended == Outcome("not_converged", "eval loss 4.0000 (target 1.0) after 32 samples")
+    stats = {"train_loss": 2.0, "lr": 0.1}
+    assert events == [
+        ("init_stop", None, {}),
+        ("run_start", None, {}),
+        ("block_start", None, {"samples_count": 0}),
+        ("tracked_stats", stats, {"samples_count": 16, "step": 2}),
+        ("block_stop", None, {"samples_count": 16}),
+        ("eval_start", None, {"samples_count": 16}),
+        ("eval_accuracy", 5.0, {"samples_count": 16}),
+        ("eval_stop", None, {"samples_count": 16}),
+        ("block_start", None, {"samples_count": 16}),
+        ("tracked_stats", stats, {"samples_count": 32, "step": 4}),
+        ("block_stop", None, {"samples_count": 32}),
+        ("eval_start", None, {"samples_count": 32}),
+        ("eval_accuracy", 4.0, {"samples_count": 32}),
+        ("eval_stop", None, {"samples_count": 32}),  # the step limit: no block after it
+        ("train_samples", 32, {}),
+        ("run_stop", None, {"samples_count": 32, "status": "aborted"}),
+    ]
+
+
+def test_the_epoch_convention_keeps_one_block_around_the_run(caplog):
+    ended, events = run(caplog, [0.5, 0.9], Row("bert", True, "epoch_num"), eval_samples=64, metric="acc")
+    assert ended == Outcome("not_converged", "acc 0.9000 (target 1.0) after 32 samples")
+    assert events == [
+        ("init_stop", None, {}),
+        ("run_start", None, {}),
+        ("block_start", None, {"first_epoch_num": 0, "epoch_count": 1}),
+        ("eval_start", None, {"epoch_num": 16}),
+        ("eval_stop", None, {"epoch_num": 16}),
+        ("eval_accuracy", 0.5, {"epoch_num": 16}),
+        ("tracked_stats", {"epoch_num": 16}, {"step": 2}),
+        ("eval_start", None, {"epoch_num": 32}),
+        ("eval_stop", None, {"epoch_num": 32}),
+        ("eval_accuracy", 0.9, {"epoch_num": 32}),
+        ("tracked_stats", {"epoch_num": 32}, {"step": 4}),
+        ("block_stop", None, {"first_epoch_num": 0}),
+        ("train_samples", 32, {}),
+        ("eval_samples", 64, {}),
+        ("run_stop", None, {"status": "aborted"}),
+    ]
+
+
+@pytest.mark.parametrize("row, scores", [(Row(), [5.0, 1.0]), (Row("bert", True, "epoch_num"), [0.2, 1.0])])
+def test_reaching_the_target_ends_the_run_converged(caplog, row, scores):
+    ended, events = run(caplog, scores, row, max_steps=6)
+    assert ended.status == "converged" and ended.detail.endswith("after 32 samples")
+    assert events[-1] == (
+        "run_stop",
+        None,
+        {**({"samples_count": 32} if row.name == "llm" else {}), "status": "success"},
+    )
+    keys = [key for key, _, _ in events]
+    assert keys.count("block_start") == keys.count("block_stop") and "tracked_stats" in keys
+
+
+def test_a_non_finite_loss_ends_the_run_at_the_next_check(caplog, capsys):
+    ended, events = run(caplog, [], losses=[(0, math.nan)])
+    assert ended == Outcome("diverged", "non-finite loss by step 2")
+    keys = [key for key, _, _ in events]
+    assert keys == ["init_stop", "run_start", "block_start", "block_stop", "train_samples", "run_stop"]
+    assert events[-1][2] == {"samples_count": 16, "status": "aborted"}
+    assert "test: non-finite loss by step 2; ending the run as aborted" in capsys.readouterr().err
+
+
+def test_a_non_finite_score_ends_the_run(caplog):
+    ended, _ = run(caplog, [math.nan])
+    assert ended == Outcome("diverged", "non-finite eval loss at 16 samples")
+
+
+def test_what_the_hyperparameters_logged_is_not_logged_again(caplog):
+    _, events = run(caplog, [5.0, 4.0], hyperparameters={"train_samples": 100}, eval_samples=6)
+    once = [("train_samples", 100), ("eval_samples", 6)]  # the hyperparameter, then the eval set at the end
+    assert [(key, value) for key, value, _ in events if key.endswith("_samples")] == once
+
+
+def test_more_counters_and_stats_go_where_the_rules_read_them(caplog):
+    _, events = run(caplog, [5.0, 4.0], eval_counters=("epoch_num",), stats=lambda rate: {"per_gpu": 1})
+    evals = [metadata for key, _, metadata in events if key == "eval_accuracy"]
+    assert evals == [{"samples_count": 16, "epoch_num": 16}, {"samples_count": 32, "epoch_num": 32}]
+    tracked = [value for key, value, _ in events if key == "tracked_stats"]
+    assert tracked[0] == {"per_gpu": 1, "train_loss": 2.0, "lr": 0.1}

@@ -1,0 +1,232 @@
+"""One MLPerf run, written once for every benchmark: the `:::MLLOG` events the rules check, in their order,
+the run's clock and how it ended. A benchmark's `main` sets up and hands over its step (one optimizer step),
+its evaluation (the score on the eval set) and its schedule; it logs its own hyperparameters in between:
+
+    seed = dist.run_seed(cfg.seed, info.device)
+    run = MLPerfRun(BENCHMARK, cfg, info, seed, "llama")   # cache_clear, init_start, submission, seed
+    ... hyperparameters (run.mllog), model, optimizer, run.log_backends(...), run.write_config(...), warm-up
+    return run.train(schedule, start_training, evaluate, target)   # init_stop, run_start ... run_stop
+
+`train` is the timed part. init_stop once every rank is ready, run_start, and only then the benchmark's
+`start()` opens the training data (MLPerf's clock runs before any is read). Steps run in blocks, with an
+evaluation after each scheduled step; the run stops at the target (`success`) or at the step limit
+(`aborted`). A non-finite loss, checked on every rank every LOG_FREQ steps, before each evaluation and at the
+last step (a check waits for the device, so not at every step), or a non-finite score also ends it `aborted`.
+`tracked_stats` gives the throughput of the training since the last evaluation. `train` returns how the run
+ended (training.common.outcome).
+
+The log follows one of MLPerf's two conventions, the one the benchmark table names as its `samples_key`:
+- `samples_count` (the LLM benchmarks): a block for each stretch of training between evaluations, every event
+  counting samples: tracked_stats, block_stop, eval_start, eval_accuracy, eval_stop, and block_start again
+  unless the run has reached its step limit;
+- `epoch_num` (BERT, whose rules count samples as "epochs"): one block around the whole run, and at each
+  evaluation eval_start, eval_stop, eval_accuracy, tracked_stats.
+`train_samples` and `eval_samples`, which the rules want once each, close the log where the benchmark did not
+log them with its hyperparameters.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from training.common import backends, dist, outcome
+from training.common.config import RunSettings, write_effective_config
+from training.common.mllog import MLLogger, constants
+
+
+class BenchmarkRow(Protocol):
+    """What a run needs of its row in `training.benchmarks` (not imported here: common is below it)."""
+
+    name: str
+    higher_is_better: bool
+    samples_key: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One optimizer step: its loss (on the device, not yet synchronised), its LR and gradient norm."""
+
+    loss: torch.Tensor
+    lr: float
+    grad_norm: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    global_batch: int  # samples per optimizer step
+    max_steps: int  # the step limit: the run ends there `aborted`
+    evals: Container[int]  # the steps (counted from 1) after which the model is evaluated
+    log_freq: int  # steps between loss lines and non-finite checks (LOG_FREQ)
+
+
+class MLPerfRun:
+    """One run's MLPerf log from init_start to run_stop; `mllog` is its logger, for the hyperparameters."""
+
+    def __init__(self, benchmark: BenchmarkRow, cfg: RunSettings, info: dist.DistInfo, seed: int, prog: str):
+        self.benchmark, self.cfg, self.info, self.seed, self.prog = benchmark, cfg, info, seed, prog
+        self.mllog = MLLogger(info.rank)
+        self.mllog.event(constants.CACHE_CLEAR, cfg.clear_caches)
+        self.mllog.start(constants.INIT_START)
+        self.mllog.submission(benchmark.name, cfg.org, cfg.platform, cfg.num_nodes)
+        self.mllog.event(constants.SEED, seed)
+
+    def say(self, line: str) -> None:
+        """A line on rank 0's console."""
+        if self.info.is_main:
+            print(line, flush=True)
+
+    def log_backends(self, chosen: dict[str, object]) -> None:
+        """What each concern runs on (attention, precision, FP8, optimizer, ...): logged and shown."""
+        for key, value in chosen.items():
+            self.mllog.event(f"backend_{key}", value)
+            self.say(f"{self.prog}: {key}: {value}")
+
+    def write_config(self, extra: dict) -> None:
+        """LOGDIR/<RUN_TAG>.config.json (rank 0, when the runner set both): the effective config, `extra`
+        (derived values, the backends chosen), the seed, and this machine's versions and libraries."""
+        cfg = self.cfg
+        if cfg.logdir and cfg.run_tag and self.info.is_main:
+            extra = {"seed": self.seed, **extra, "versions": backends.versions(),
+                     "available": backends.available()}  # fmt: skip
+            write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
+
+    def train(
+        self,
+        schedule: Schedule,
+        start: Callable[[], Callable[[int], StepResult]],
+        evaluate: Callable[[], float],
+        target: float,
+        metric: str = "eval loss",
+        stats: Callable[[float], dict] | None = None,
+        eval_samples: int | None = None,
+        eval_counters: tuple[str, ...] = (),
+    ) -> outcome.Outcome:
+        """The timed run. `start()` opens the training data and returns the step: `step(i)` runs optimizer
+        step i (from 0). `evaluate()` is the score on the eval set (on every rank), which reaches `target` at
+        or above it (higher-is-better benchmarks) or at or below it; `metric` names it in messages.
+        `stats(samples per second)`: more numbers for tracked_stats. `eval_samples`: the eval set's size, for
+        a log whose hyperparameters did not give it. `eval_counters`: more metadata keys counting the samples
+        of eval_accuracy."""
+        log, info = self.mllog, self.info
+        blocks = (
+            _Blocks(log, eval_counters) if self.benchmark.samples_key == "samples_count" else _OneBlock(log)
+        )
+        dist.barrier()
+        log.end(constants.INIT_STOP)
+        log.start(constants.RUN_START)
+        step_fn = start()
+        blocks.start()
+        status, samples, score, diverged = constants.ABORTED, 0, math.nan, ""
+        window_start, window_samples = time.perf_counter(), 0  # training since the last evaluation
+        finite = torch.ones((), dtype=torch.bool, device=info.device)
+        for index in range(schedule.max_steps):
+            result = step_fn(index)
+            step, samples = index + 1, samples + schedule.global_batch
+            window_samples += schedule.global_batch
+            finite &= torch.isfinite(result.loss)
+            shown = step % schedule.log_freq == 0
+            if shown or step in schedule.evals or step == schedule.max_steps:
+                if dist.any_rank(~finite):
+                    diverged = f"non-finite loss by step {step}"
+                    print(f"{self.prog}: {diverged}; ending the run as aborted", file=sys.stderr, flush=True)
+                    break
+                if shown:
+                    norm = "" if result.grad_norm is None else f" grad_norm {result.grad_norm.item():.4f}"
+                    self.say(f"step {step} samples {samples} loss {result.loss.item():.4f} lr {result.lr:.3e}"
+                             + norm)  # fmt: skip
+            if step not in schedule.evals:
+                continue
+            if info.device.type == "cuda":
+                torch.cuda.synchronize()
+            throughput = window_samples / max(time.perf_counter() - window_start, 1e-9)
+            extra = stats(throughput) if stats else {}
+            score = blocks.evaluation(step, samples, result, {"throughput": throughput, **extra}, evaluate)
+            self.say(f"eval at {samples} samples: {metric} {score:.4f} (target {target})")
+            if score >= target if self.benchmark.higher_is_better else score <= target:
+                status = constants.SUCCESS
+                break
+            if not math.isfinite(score):
+                diverged = f"non-finite {metric} at {samples} samples"
+                break
+            if step < schedule.max_steps:
+                blocks.resume(samples)
+            window_start, window_samples = time.perf_counter(), 0
+        blocks.stop(samples)
+        if constants.TRAIN_SAMPLES not in log.logged:
+            log.event(constants.TRAIN_SAMPLES, samples)
+        if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
+            log.event(constants.EVAL_SAMPLES, eval_samples)
+        log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
+        dist.shutdown()
+        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
+        return outcome.ended(status == constants.SUCCESS, progress, diverged)
+
+
+class _Blocks:
+    """The `samples_count` convention: a block for each stretch of training between evaluations."""
+
+    def __init__(self, log: MLLogger, eval_counters: tuple[str, ...]):
+        self.log, self.eval_counters, self.open = log, eval_counters, False
+
+    def counted(self, samples: int) -> dict:
+        return {"samples_count": samples}
+
+    def start(self) -> None:
+        self.resume(0)
+
+    def resume(self, samples: int) -> None:
+        self.log.start(constants.BLOCK_START, metadata=self.counted(samples))
+        self.open = True
+
+    def evaluation(self, step: int, samples: int, result: StepResult, tracked: dict, evaluate) -> float:
+        at = self.counted(samples)
+        tracked = {**tracked, "train_loss": result.loss.item(), "lr": result.lr}
+        self.log.event("tracked_stats", tracked, metadata={**at, "step": step})
+        self.stop(samples)
+        self.log.start(constants.EVAL_START, metadata=at)
+        score = evaluate()
+        self.log.event(
+            constants.EVAL_ACCURACY, score, metadata={**at, **dict.fromkeys(self.eval_counters, samples)}
+        )
+        self.log.end(constants.EVAL_STOP, metadata=at)
+        return score
+
+    def stop(self, samples: int) -> None:
+        if self.open:
+            self.log.end(constants.BLOCK_STOP, metadata=self.counted(samples))
+            self.open = False
+
+
+class _OneBlock:
+    """The `epoch_num` convention: one block around the whole run."""
+
+    def __init__(self, log: MLLogger):
+        self.log = log
+
+    def counted(self, samples: int) -> dict:
+        return {}  # run_stop says only its status
+
+    def start(self) -> None:
+        self.log.start(constants.BLOCK_START, metadata={"first_epoch_num": 0, "epoch_count": 1})
+
+    def resume(self, samples: int) -> None:
+        pass  # the one block goes on
+
+    def evaluation(self, step: int, samples: int, result: StepResult, tracked: dict, evaluate) -> float:
+        at = {"epoch_num": samples}
+        self.log.start(constants.EVAL_START, metadata=at)
+        score = evaluate()
+        self.log.end(constants.EVAL_STOP, metadata=at)
+        self.log.event(constants.EVAL_ACCURACY, score, metadata=at)
+        self.log.event("tracked_stats", {"throughput": tracked["throughput"], **at}, metadata={"step": step})
+        return score
+
+    def stop(self, samples: int) -> None:
+        self.log.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 0})
