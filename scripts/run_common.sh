@@ -376,12 +376,12 @@ next_index() { # 1 + the highest <prefix>_<n>.log already in LOGDIR
   echo $((max + 1))
 }
 
-drop_caches() { # on every node
+drop_caches() { # on every node; sysctl's echo of the setting ("vm.drop_caches = 3") left out
   local cmd
   read -ra cmd <<<"${DROPCACHE_CMD}"
   ((EUID == 0)) || cmd=(sudo -n "${cmd[@]}")
   # shellcheck disable=SC2016  # "$@" is the inner shell's
-  on_each_node bash -c 'sync && "$@"' drop_caches "${cmd[@]}"
+  on_each_node bash -c 'sync && "$@" >/dev/null' drop_caches "${cmd[@]}"
 }
 
 run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; prints everything for the log
@@ -391,12 +391,15 @@ run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; pr
     on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
       echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
   else
-    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node; this host is left as it is)"
+    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node): no kernel setting is changed"
   fi
   if ((CLEAR_CACHES == 0)); then
     echo "CLEAR_CACHES=0: page cache not dropped"
   elif drop_caches; then
-    cleared=1 && echo "Clear page cache"
+    # what MLPerf's rules ask before each run: cached file data is freed (the data is read from disk
+    # again), no setting changes
+    cleared=1 && echo "Clear page cache: sync, then ${DROPCACHE_CMD} (frees cached file data; CLEAR_CACHES=0" \
+      "skips it)"
   else
     echo "WARNING: could not drop the page cache (${DROPCACHE_CMD} needs root or passwordless sudo):" \
       "CLEAR_CACHES=0 for this run" >&2
