@@ -295,6 +295,7 @@ load_config() {
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
   [[ ${CHECK_COMPLIANCE} =~ ^[01]$ ]] || die "CHECK_COMPLIANCE=${CHECK_COMPLIANCE}: expected 0 or 1"
+  [[ ${CONSOLE:-compact} =~ ^(compact|full)$ ]] || die "CONSOLE=${CONSOLE}: expected compact or full"
   require_int 0 LOGDIR_MB_PER_RUN
   [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
     die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
@@ -434,6 +435,19 @@ describe_run() {
   fi
 }
 
+# What the console shows of a run: CONSOLE=compact (the default) through training.common.console (progress
+# and evaluation lines for the :::MLLOG ones, torchrun's failure report left to the log), with this host's
+# Python ($PYTHON without a container, else python3 where there is one); CONSOLE=full shows every line.
+console_filter() {
+  local py=python3
+  if [[ ${CONTAINER_RUNTIME} == none ]]; then py=${PYTHON}; fi
+  if [[ ${CONSOLE:-compact} == compact ]] && command -v "${py}" >/dev/null; then
+    "${py}" -m training.common.console
+  else
+    cat
+  fi
+}
+
 # Why a trial's log could not be written: a full LOGDIR (with what df says is free), or tee's own error.
 describe_log_failure() {
   local free
@@ -513,8 +527,14 @@ run_experiments() {
     # signal itself, to wait for its run and exit with its status. Its output goes through a FIFO to tee, a
     # process of its own that ignores the signal too: it writes the run's last words to the log until the run
     # has ended, and its exit status tells a log that could not be written (a full disk) from a failed run.
+    # The console gets tee's copy through console_filter; tee writes the log whatever becomes of the filter.
     set -m
-    (trap '' INT TERM && exec tee "${_log}") <"${_fifo_dir}/output" &
+    (
+      trap '' INT TERM
+      set +e
+      tee -p "${_log}" | console_filter
+      exit "${PIPESTATUS[0]}"
+    ) <"${_fifo_dir}/output" &
     _tee_pid=$!
     (
       trap '' INT TERM
@@ -556,7 +576,16 @@ run_experiments() {
   if ((${#failures[@]} > 0)); then
     echo "${RUNNER}: ${#failures[@]} problem(s):" >&2
     printf '  - %s\n' "${failures[@]}" >&2
+    where_the_results_are
     exit 1
   fi
-  echo "${RUNNER}: ${NEXP} run(s) converged and passed compliance; summary in ${LOGDIR}/summary.md"
+  echo "${RUNNER}: ${NEXP} run(s) converged and passed compliance"
+  where_the_results_are
+}
+
+# The last words of the launcher: where the summary, the plot and the logs are.
+where_the_results_are() {
+  if [[ -f ${LOGDIR}/summary.md ]]; then echo "${RUNNER}: summary: ${LOGDIR}/summary.md"; fi
+  if [[ -f ${LOGDIR}/eval_accuracy.png ]]; then echo "${RUNNER}: plot: ${LOGDIR}/eval_accuracy.png"; fi
+  echo "${RUNNER}: each run's full output, its MLLOG lines included: ${LOGDIR}/${_prefix}_<i>.log"
 }

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER_VARS = frozenset(
     "BENCHMARK CONFIG_FILE CONT CONT_NAME CONTAINER_RUNTIME DATADIR LOGDIR NEXP CLEAR_CACHES DGXSYSTEM "
     "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG CHECK_COMPLIANCE MASTER_ADDR "
-    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO".split()
+    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO CONSOLE".split()
 )
 # Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...); one
 # of these names that is close to a known variable is still taken for a typo of it.
