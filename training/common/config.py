@@ -8,6 +8,7 @@ with its range (`bounds`). `from_env` converts every value by the field's type, 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
 import json
@@ -43,6 +44,18 @@ PASSTHROUGH_PREFIXES = (
 
 class ConfigError(ValueError):
     """A config problem; the message names every offending variable."""
+
+
+# While from_env builds a config: the name each variable was given by, where it was one of its aliases
+# (LORA_RANK for LORA_DIM), so that a problem found in the config's checks names what the user wrote.
+_GIVEN_NAMES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "given_names", default=None
+)
+
+
+def given_name(env: str) -> str:
+    """The name the user set variable `env` by (one of its aliases, or itself)."""
+    return (_GIVEN_NAMES.get() or {}).get(env, env)
 
 
 def var(
@@ -146,7 +159,7 @@ class RunSettings:
 
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
-        bounds = [bound_problem(f.metadata["env"], getattr(self, f.name), f.metadata["bounds"])
+        bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])
                   for f in dataclasses.fields(self)]  # fmt: skip
         problems = [problem for problem in bounds if problem]
         for name, value, choices in (
@@ -252,9 +265,10 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
     """Build `cls` from `environ`. `config_vars` are the names the user's config file exported; any that
     neither `cls` nor the launchers know is reported as a likely typo."""
     hints = typing.get_type_hints(cls)
-    problems, values = [], {}
+    problems, values, given = [], {}, {}
     for f in dataclasses.fields(cls):
         name, raw, clash = _lookup(f, environ)
+        given[f.metadata["env"]] = name
         problems += clash
         if raw is None:
             if f.default is dataclasses.MISSING and not clash:
@@ -276,10 +290,13 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
         problems.append(f"{name}: not a variable of this benchmark{hint}")
     if problems:
         raise ConfigError(f"{cls.__name__}: " + "; ".join(problems))
+    token = _GIVEN_NAMES.set(given)
     try:
         return cls(**values)
     except ConfigError as err:
         raise ConfigError(f"{cls.__name__}: {err}") from None
+    finally:
+        _GIVEN_NAMES.reset(token)
 
 
 def to_env_dict(cfg) -> dict[str, object]:
