@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from tests.launch.helpers import PREFIX, REPO
-from training.common.console import Console
 
 
 def mllog(key: str, value=None, time_ms: int = 0, **metadata) -> str:
@@ -46,6 +45,8 @@ Root Cause (first observed failure):
 
 
 def shown(lines: list[str], times: list[float] | None = None) -> list[str]:
+    from training.common.console import Console
+
     out: list[str] = []
     clock = iter(times or [])
     console = Console(out.append, now=lambda: next(clock))
