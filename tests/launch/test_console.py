@@ -80,6 +80,12 @@ def test_mllog_lines_become_progress_and_evaluation_lines():
     ]
 
 
+def test_bert_s_samples_are_its_epoch_num():
+    run = [mllog("submission_benchmark", "bert"), mllog("target_accuracy", 0.12), mllog("run_start")]
+    run.append(mllog("eval_accuracy", 0.0594, time_ms=4_000, epoch_num=1100))
+    assert shown(run) == ["eval at 1,100 samples: masked-LM accuracy 0.0594 (target 0.12) | 275.0 samples/s"]
+
+
 def test_torchrun_s_report_gives_way_to_one_line_after_the_worker_s_own_error():
     worker = "lora: data error: /data/model/model.safetensors: sampled blocks differ (modified in place)\n"
     lines = [worker, *TORCHRUN_REPORT.splitlines(keepends=True), "ENDING TIMING RUN AT ...\n"]

@@ -128,7 +128,7 @@ class Console:
             when = float(event["time_ms"]) / 1000 if "time_ms" in event else self.now()
         except (ValueError, KeyError, TypeError, AttributeError):
             return  # a damaged line: the log has it, the compliance checker will name it
-        samples = meta.get("samples_count")
+        samples = meta.get("samples_count", meta.get("epoch_num"))  # BERT counts samples as epoch_num
         at = f" at {samples:,} samples" if isinstance(samples, int) else ""
         if key == "run_start":
             self.started = when
