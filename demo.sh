@@ -6,8 +6,20 @@
 #   4. print the scored summary.
 # A tiny model with a lower target: the logs and summary say it is NOT a valid MLPerf result. The config sets
 # CPU_DEMO=1, so the launcher leaves this machine's kernel settings alone (no runtime_tunables.sh).
+# Usage: ./demo.sh (no arguments; -h/--help: this text).
 # Variables: DEMO_DIR (default ./demo), NEXP (default 2).
 set -euo pipefail
+
+# -h/--help prints the comment block above; any other argument is refused before anything is read or written.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^[^#]/{/^#SBATCH/d;/^# shellcheck/d;/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  exit 0
+fi
+if (($# > 0)); then
+  echo "demo.sh: error: unknown argument ${1}: it takes none (DEMO_DIR and NEXP come from the environment);" \
+    "see --help" >&2
+  exit 2
+fi
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 # shellcheck source=scripts/venv.sh
 source scripts/venv.sh

@@ -3,6 +3,7 @@
 # cache drop, timed run, compliance check) -> host settings put back -> scoring. Each run's log is
 # LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log, numbered on from the highest index already there, so nothing is
 # overwritten.
+# Usage (no arguments: the sourced config and the environment say everything; -h/--help: this text):
 #   source configs/bert/config_MI300X_1x8x48.sh
 #   export CONT=mlperf/bert DATADIR=/data/bert_data NEXP=10 LOGDIR=./results
 #   bash run_with_docker.sh
@@ -12,6 +13,17 @@
 # 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (the stopped run's partial log is kept; SIGINT
 # too when started as a script's `cmd &` job, which a shell starts with SIGINT ignored).
 set -euo pipefail
+
+# -h/--help prints the comment block above; any other argument is refused before anything is read or written.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^[^#]/{/^#SBATCH/d;/^# shellcheck/d;/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  exit 0
+fi
+if (($# > 0)); then
+  echo "run_with_docker.sh: error: unknown argument ${1}: it takes none (the sourced config and the" \
+    "environment say everything); see --help" >&2
+  exit 2
+fi
 
 REPO_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 RUNNER=run_with_docker.sh

@@ -9,8 +9,10 @@
 # --restore writes the kept values back, reports them and removes the file. The launchers restore at the end
 # of their runs and when stopped, so the host is left as it was found.
 #
-# Usage: runtime_tunables.sh [--dry-run] LOGDIR      (--dry-run: report only; LOGDIR optional then)
-#        runtime_tunables.sh --restore LOGDIR        put back every setting that earlier calls changed
+# Usage: runtime_tunables.sh LOGDIR                 apply the settings, report to LOGDIR (needs root or sudo)
+#        runtime_tunables.sh --dry-run [LOGDIR]     report what would change; change nothing
+#        runtime_tunables.sh --restore LOGDIR       put back every setting that earlier calls changed
+#        runtime_tunables.sh -h | --help            this text; changes nothing
 #   TUNABLES_ROOT   prefix of /proc, /sys and /run (default /; the tests point it at a fake tree)
 #   IDLE_MAX_STATE  deepest CPU idle state left enabled (default 1: states 2+ are disabled, which is what
 #                   AMD's `cpupower idle-set -d 2` does on EPYC; written through sysfs, so no cpupower needed)
@@ -22,14 +24,34 @@ die() {
   exit 2
 }
 
-mode=apply
-case ${1:-} in
-  --dry-run) mode=dry-run && shift ;;
-  --restore) mode=restore && shift ;;
-esac
-logdir=${1:-}
+usage() { # the comment block at the top
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+}
+
+# The arguments, all read before anything is looked at or written: an argument not listed above stops here.
+mode=apply logdir=''
+while (($# > 0)); do
+  case $1 in
+    -h | --help) usage && exit 0 ;;
+    --dry-run | --restore)
+      [[ ${mode} == apply ]] || die "${1} and --${mode}: give one of them"
+      mode=${1#--}
+      ;;
+    --) shift && break ;;
+    -*) die "unknown option ${1} (runtime_tunables.sh --help lists them); nothing was changed" ;;
+    *)
+      [[ -z ${logdir} ]] || die "one LOGDIR expected, got ${logdir} and ${1}; nothing was changed"
+      logdir=$1
+      ;;
+  esac
+  shift
+done
+if (($# > 0)); then
+  [[ -z ${logdir} && $# == 1 ]] || die "one LOGDIR expected, got: ${logdir:+${logdir} }$*; nothing was changed"
+  logdir=$1
+fi
 if [[ -z ${logdir} && ${mode} != dry-run ]]; then
-  echo "usage: runtime_tunables.sh [--dry-run | --restore] LOGDIR" >&2
+  echo "usage: runtime_tunables.sh [--dry-run | --restore] LOGDIR   (--help says more)" >&2
   exit 2
 fi
 : "${TUNABLES_ROOT:=/}"
@@ -244,7 +266,7 @@ table() {
 
 table
 if [[ -n ${logdir} ]]; then
-  mkdir -p "${logdir}"
+  mkdir -p -- "${logdir}"
   out="${logdir}/runtime_tunables_$(date +%Y%m%d_%H%M%S).txt"
   n=1
   while [[ -e ${out} ]]; do # two runs in one second: keep both reports

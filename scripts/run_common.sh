@@ -160,6 +160,7 @@ load_config() {
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
   [[ ${CHECK_COMPLIANCE} =~ ^[01]$ ]] || die "CHECK_COMPLIANCE=${CHECK_COMPLIANCE}: expected 0 or 1"
+  [[ ${CONSOLE:-compact} =~ ^(compact|full)$ ]] || die "CONSOLE=${CONSOLE}: expected compact or full"
   require_int 0 LOGDIR_MB_PER_RUN
   [[ ${CONT_NAME} =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
     die "CONT_NAME=${CONT_NAME}: expected letters, digits and _ . - (a container's name)"
@@ -240,12 +241,12 @@ next_index() { # 1 + the highest <prefix>_<n>.log already in LOGDIR
   echo $((max + 1))
 }
 
-drop_caches() { # on every node
+drop_caches() { # on every node; sysctl's echo of the setting ("vm.drop_caches = 3") left out
   local cmd
   read -ra cmd <<<"${DROPCACHE_CMD}"
   ((EUID == 0)) || cmd=(sudo -n "${cmd[@]}")
   # shellcheck disable=SC2016  # "$@" is the inner shell's
-  on_each_node bash -c 'sync && "$@"' drop_caches "${cmd[@]}"
+  on_each_node bash -c 'sync && "$@" >/dev/null' drop_caches "${cmd[@]}"
 }
 
 run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; prints everything for the log
@@ -255,12 +256,15 @@ run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; pr
     on_each_node bash "${REPO_DIR}/runtime_tunables.sh" "${LOGDIR}" ||
       echo "WARNING: runtime_tunables.sh failed (exit $?)" >&2
   else
-    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node; this host is left as it is)"
+    echo "CPU_DEMO=1: runtime tunables not applied (they tune a benchmark node): no kernel setting is changed"
   fi
   if ((CLEAR_CACHES == 0)); then
     echo "CLEAR_CACHES=0: page cache not dropped"
   elif drop_caches; then
-    cleared=1 && echo "Clear page cache"
+    # what MLPerf's rules ask before each run: cached file data is freed (the data is read from disk
+    # again), no setting changes
+    cleared=1 && echo "Clear page cache: sync, then ${DROPCACHE_CMD} (frees cached file data; CLEAR_CACHES=0" \
+      "skips it)"
   else
     echo "WARNING: could not drop the page cache (${DROPCACHE_CMD} needs root or passwordless sudo):" \
       "CLEAR_CACHES=0 for this run" >&2
@@ -292,6 +296,19 @@ describe_run() {
     echo "exit 2, config error (named above in the log)"
   else
     echo "exit $2, the trainer wrote no outcome (killed, or it failed before starting): see its log"
+  fi
+}
+
+# What the console shows of a run: CONSOLE=compact (the default) through training.common.console (progress
+# and evaluation lines for the :::MLLOG ones, torchrun's failure report left to the log), with this host's
+# Python ($PYTHON without a container, else python3 where there is one); CONSOLE=full shows every line.
+console_filter() {
+  local py=python3
+  if [[ ${CONTAINER_RUNTIME} == none ]]; then py=${PYTHON}; fi
+  if [[ ${CONSOLE:-compact} == compact ]] && command -v "${py}" >/dev/null; then
+    "${py}" -m training.common.console
+  else
+    cat
   fi
 }
 
@@ -374,8 +391,14 @@ run_experiments() {
     # signal itself, to wait for its run and exit with its status. Its output goes through a FIFO to tee, a
     # process of its own that ignores the signal too: it writes the run's last words to the log until the run
     # has ended, and its exit status tells a log that could not be written (a full disk) from a failed run.
+    # The console gets tee's copy through console_filter; tee writes the log whatever becomes of the filter.
     set -m
-    (trap '' INT TERM && exec tee "${_log}") <"${_fifo_dir}/output" &
+    (
+      trap '' INT TERM
+      set +e
+      tee -p "${_log}" | console_filter
+      exit "${PIPESTATUS[0]}"
+    ) <"${_fifo_dir}/output" &
     _tee_pid=$!
     (
       trap '' INT TERM
@@ -417,7 +440,16 @@ run_experiments() {
   if ((${#failures[@]} > 0)); then
     echo "${RUNNER}: ${#failures[@]} problem(s):" >&2
     printf '  - %s\n' "${failures[@]}" >&2
+    where_the_results_are
     exit 1
   fi
-  echo "${RUNNER}: ${NEXP} run(s) converged and passed compliance; summary in ${LOGDIR}/summary.md"
+  echo "${RUNNER}: ${NEXP} run(s) converged and passed compliance"
+  where_the_results_are
+}
+
+# The last words of the launcher: where the summary, the plot and the logs are.
+where_the_results_are() {
+  if [[ -f ${LOGDIR}/summary.md ]]; then echo "${RUNNER}: summary: ${LOGDIR}/summary.md"; fi
+  if [[ -f ${LOGDIR}/eval_accuracy.png ]]; then echo "${RUNNER}: plot: ${LOGDIR}/eval_accuracy.png"; fi
+  echo "${RUNNER}: each run's full output, its MLLOG lines included: ${LOGDIR}/${_prefix}_<i>.log"
 }

@@ -3,9 +3,21 @@
 # and LOGDIR from the runner) becomes one torchrun command. Run inside the container by run_with_docker.sh
 # (or on the host with CONTAINER_RUNTIME=none, or once per node by run.sub). The official time is not the
 # RESULT line's wall clock but run_stop - run_start in the MLLOG lines the trainer prints on rank 0.
+# Usage: training/run_and_time.sh (no arguments: the environment says everything; -h/--help: this text).
 # Exit status is torchrun's: 0 when every worker converged, 1 whatever a worker's failure was (its own word on
 # it is LOGDIR/<RUN_TAG>.outcome.json, training/common/outcome.py); 2 when this script refuses its settings.
 set -euo pipefail
+
+# -h/--help prints the comment block above; any other argument is refused before anything is read or written.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^[^#]/{/^#SBATCH/d;/^# shellcheck/d;/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  exit 0
+fi
+if (($# > 0)); then
+  echo "run_and_time.sh: error: unknown argument ${1}: it takes none (settings come from the environment);" \
+    "see --help" >&2
+  exit 2
+fi
 
 : "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"
 : "${DGXNNODES:?DGXNNODES not set (number of nodes)}"

@@ -3,7 +3,8 @@
 # bundled Wikipedia excerpt, on one CPU process. A demo of the whole pipeline in a few minutes, NOT an MLPerf
 # result (CPU_DEMO=1 and a reachable TARGET; the log says so). Prepare its data once with
 #   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/llama_demo --sample
-# then: source configs/llama31_8b/config_CPU_1x1x1_8b.sh && DATADIR=/data/llama_demo bash run_with_docker.sh
+# then, without a container (the code of this checkout runs on this host):
+#   source configs/llama31_8b/config_CPU_1x1x1_8b.sh && DATADIR=/data/llama_demo CONTAINER_RUNTIME=none bash run_with_docker.sh
 export BENCHMARK=llama31_8b
 # The config names itself: the launchers read its variable names from this file; DGXSYSTEM is its name.
 CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")

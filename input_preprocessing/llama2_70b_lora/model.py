@@ -42,7 +42,52 @@ SHAPE = {
     "vocab_size": 32000,
 }
 META = "meta.json"
+SAMPLE_SOURCE = "prepare_data.sh --sample"  # meta.json's source for the files the sample writes
 MIB = 1 << 20
+
+
+def hf_tensors(config: dict) -> dict[str, tuple[int, ...]]:
+    """The tensors a Hugging Face Llama checkpoint with this config.json holds, name -> shape: what the
+    trainer reads (`training.llama.checkpoint`), so that the preflight can check a checkpoint's safetensors
+    headers in seconds instead of finding a missing or misshapen tensor minutes into loading it. Raises
+    KeyError naming a missing config key."""
+    hidden, ffn, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    block = {
+        "input_layernorm.weight": (hidden,),
+        "self_attn.q_proj.weight": (heads * head_dim, hidden),
+        "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+        "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+        "self_attn.o_proj.weight": (hidden, heads * head_dim),
+        "post_attention_layernorm.weight": (hidden,),
+        "mlp.gate_proj.weight": (ffn, hidden),
+        "mlp.up_proj.weight": (ffn, hidden),
+        "mlp.down_proj.weight": (hidden, ffn),
+    }
+    tensors = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(config["num_hidden_layers"]):
+        tensors.update({f"model.layers.{i}.{name}": shape for name, shape in block.items()})
+    tensors["model.norm.weight"] = (hidden,)
+    if not config.get("tie_word_embeddings", False):
+        tensors["lm_head.weight"] = (vocab, hidden)
+    return tensors
+
+
+def record_written(model_dir: Path, names: list[str], source: str) -> dict:
+    """Record files this toolkit wrote into `model_dir` (the sample's tokenizer and base model) in its
+    meta.json as downloads are recorded: size, sha256 and sampled blocks, so that the preflight checks them
+    as it checks the data. Entries of the same `source` are kept; another source's meta.json is replaced."""
+    meta = read_meta(model_dir)
+    if meta.get("source") != source:
+        meta = {"source": source, "revision": None, "files": {}}
+    for name in names:
+        path = model_dir / name
+        meta["files"][name] = {"size": path.stat().st_size, "sha256": file_hash(path, "sha256"),
+                               KEY: sampled_sha256(path)}  # fmt: skip
+    write_json_atomic(model_dir / META, meta)
+    return meta
 
 
 def read_meta(model_dir: Path) -> dict:
@@ -87,7 +132,9 @@ def prepare(model_dir: Path, revision: str, remote: list[hub.RemoteFile], token:
                 raise PrepError(
                     f"{path}: checksum mismatch: sha256 {got}, the Hub says {f.sha256}; removed, run again"
                 )
-        meta["files"][f.name] = {"size": f.size, "sha256": f.sha256, KEY: sampled_sha256(path)}
+        # the Hub gives LFS files' sha256; the small files' (config, tokenizer) is taken here, as they arrive
+        sha256 = f.sha256 or file_hash(path, "sha256")
+        meta["files"][f.name] = {"size": f.size, "sha256": sha256, KEY: sampled_sha256(path)}
         write_json_atomic(model_dir / META, meta)
         seconds = time.monotonic() - start
         log(f"[model] {f.name}: verified, {f.size / MIB / max(seconds, 1e-3):.0f} MiB/s")

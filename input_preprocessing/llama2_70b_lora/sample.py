@@ -13,7 +13,8 @@ each prompt becomes one example:
 (the pad token, loss_mask 0) that belongs to the last sequence. A seeded choice of whole articles is held out
 for validation. The tokenizer is any Hugging Face tokenizer folder (`--tokenizer DIR`), by default a
 byte-level BPE of 4,096 tokens trained on the training articles; it is copied into `OUTPUTDIR/model/` so the
-run needs nothing else. Not GovReport: runs on it are demos, never MLPerf results.
+run needs nothing else, and recorded in `model/meta.json` (size, sha256, sampled blocks) for the preflight.
+Not GovReport: runs on it are demos, never MLPerf results.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from input_preprocessing.common.checksums import KEY, file_hash, sampled_sha256
 from input_preprocessing.common.runtime import PrepError
 from input_preprocessing.common.tokenizer import HFTokenizer, train_tokenizer
 from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
-from input_preprocessing.llama2_70b_lora import layout
+from input_preprocessing.llama2_70b_lora import layout, model
 
 SPLIT_SEED = 1234
 SEPARATOR = "\n\nSummary:"
@@ -152,6 +153,8 @@ def make_sample(
     train_articles, valid_articles = split_articles(extract_articles(wiki), valid_fraction)
     data_dir, model_dir = outputdir / "data", outputdir / "model"
     made_by = install_tokenizer(tokenizer, model_dir, train_articles, vocab_size)
+    written = [name for name in TOKENIZER_FILES if (model_dir / name).is_file()]
+    model.record_written(model_dir, written, model.SAMPLE_SOURCE)  # checked by the preflight as data is
     tok = HFTokenizer(model_dir)
     bos, pad = special_id(tok, "bos_token"), special_id(tok, "pad_token")
     bos_ids, sep = ([bos] if bos is not None else []), tok.encode_batch([SEPARATOR])[0]

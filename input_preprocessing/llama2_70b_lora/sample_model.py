@@ -2,7 +2,8 @@
 the sample's training rows (plain language modelling of the articles' text; the summaries are not scored, so
 that the fine-tuning has a task to learn), then saved as a Hugging Face checkpoint (`config.json` +
 `model.safetensors`, Hugging Face's names) into OUTPUTDIR/model, so that the LoRA run fine-tunes a model that
-knows the text, through the same loading path as the 70B's.
+knows the text, through the same loading path as the 70B's. Both files are recorded in `model/meta.json`
+(size, sha256, sampled blocks), which the preflight checks them against, as it checks the data.
 
     python -m input_preprocessing.llama2_70b_lora.sample_model --outputdir /data/lora_demo [--steps 300]
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from input_preprocessing.common.runtime import PrepError, log
+from input_preprocessing.llama2_70b_lora.model import SAMPLE_SOURCE, record_written
 
 SHAPE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 192, "num_attention_heads": 4,
          "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}  # fmt: skip
@@ -80,6 +82,8 @@ def make_base_model(
     done = {"steps": steps, "batch": batch, "seq_length": seq, "first_loss": losses[0],
             "last_loss": losses[-1], "seconds": seconds, "seed": seed}  # fmt: skip
     (model_dir / "base_model.json").write_text(json.dumps(done, indent=2) + "\n")
+    # what the trainer reads, recorded as downloads are: the preflight names a damaged file
+    record_written(model_dir, ["config.json", "model.safetensors"], SAMPLE_SOURCE)
     log(f"[base model] {model_dir}: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {done['seconds']} s")
     return done
 

@@ -14,10 +14,13 @@ exactly `input_ids`, `loss_mask` and `seq_start_id`, `seq_length` tokens, loss_m
 some 1s in each split), seq_start_id starting at 0, increasing and inside the row, token ids inside the
 vocabulary; the model folder has `tokenizer.json` of that vocabulary and, for the MLCommons set,
 `config.json` with Llama 2 70B's shape and every safetensors file its index lists, each as long as its own
-header says (a cut-off download shows) and holding the tensors the index puts in it, at the size (and
-sampled blocks) `model/meta.json` recorded. Files without recorded sampled blocks (prepared before they
-were, or by AMD's or NVIDIA's scripts) are named in a note. `--full` adds the checksums: the `.npy` md5s
-(for the MLCommons set, AMD's), the shards' sha256 (minutes for 138 GB).
+header says (a cut-off download shows) and holding the tensors the index puts in it; the headers hold every
+tensor config.json's Llama has, at its shape (what loading finds only minutes in); every file
+`model/meta.json` recorded (downloads, and the sample's tokenizer and base model as they were written) has
+its size and sampled blocks, and the small ones (up to 64 MiB: configs, tokenizers, the sample's model)
+their sha256. Files without recorded sampled blocks (prepared before they were, or by AMD's or NVIDIA's
+scripts) are named in a note. `--full` adds the checksums: the `.npy` md5s (for the MLCommons set, AMD's),
+the shards' sha256 (minutes for 138 GB).
 Exit status 1 names every problem.
 """
 
@@ -36,6 +39,7 @@ from input_preprocessing.llama2_70b_lora import govreport, layout, model
 
 MAX_ROW_PROBLEMS = 5  # per file; then a count
 MAX_SAFETENSORS_HEADER = 100 << 20
+WHOLE_HASH_MAX = 64 << 20  # recorded files this small are hashed whole by the fast check too
 
 
 def mlperf_meta() -> dict:
@@ -130,31 +134,34 @@ def check_data(data_dir: Path, meta: dict, full: bool) -> list[str]:
     return problems
 
 
-def check_safetensors(path: Path) -> tuple[list[str], set[str]]:
-    """(problems, tensor names) from a safetensors file's header: the file must be as long as it says."""
+def check_safetensors(path: Path) -> tuple[list[str], dict[str, tuple[int, ...]]]:
+    """(problems, tensor name -> shape) from a safetensors file's header: the file must be as long as it
+    says."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         raw = f.read(8)
         length = int.from_bytes(raw, "little") if len(raw) == 8 else -1
         if not 0 < length <= min(size - 8, MAX_SAFETENSORS_HEADER):
-            return [f"{path}: {size:,} bytes, not a complete safetensors file (truncated?)"], set()
+            return [f"{path}: {size:,} bytes, not a complete safetensors file (truncated?)"], {}
         try:
             header = json.loads(f.read(length))
+            tensors = {k: tuple(int(n) for n in t["shape"]) for k, t in header.items() if k != "__metadata__"}
             end = max(
                 (int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0
             )
         except (ValueError, KeyError, TypeError, IndexError) as err:
-            return [f"{path}: unreadable safetensors header ({err})"], set()
+            return [f"{path}: unreadable safetensors header ({err})"], {}
     if size != 8 + length + end:
         return [
             f"{path}: {size:,} bytes, its header describes {8 + length + end:,} (truncated or modified)"
-        ], set()
-    return [], set(header) - {"__metadata__"}
+        ], {}
+    return [], tensors
 
 
-def check_weights(model_dir: Path, skip: set[str]) -> list[str]:
+def check_weights(model_dir: Path, skip: set[str], expected: dict[str, tuple[int, ...]] | None) -> list[str]:
     """Every safetensors file the index lists (or model.safetensors) is complete and holds its tensors;
-    files in `skip` already have a problem named."""
+    files in `skip` already have a problem named. With `expected` (the tensors config.json's Llama has,
+    `model.hf_tensors`), the headers hold each of them at its shape: what loading would find after minutes."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -169,35 +176,63 @@ def check_weights(model_dir: Path, skip: set[str]) -> list[str]:
             "Hugging Face folder is read directly, a NeMo checkpoint (AMD's model_weights/) is not"
         ]
     files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
-    problems = []
+    problems, found = [], {}
     for name in sorted(set(files) - skip):
         path = model_dir / name
         if not path.is_file():
             problems.append(f"missing: {path} (listed in {index.name})")
             continue
-        found, tensors = check_safetensors(path)
+        trouble, tensors = check_safetensors(path)
         missing = sorted(t for t, f in weight_map.items() if f == name and t not in tensors)
-        if missing and not found:
-            found = [f"{path}: lacks {len(missing)} tensors the index puts there (first: {missing[0]})"]
-        problems += found
+        if missing and not trouble:
+            trouble = [f"{path}: lacks {len(missing)} tensors the index puts there (first: {missing[0]})"]
+        problems += trouble
+        found.update({tensor: (shape, name) for tensor, shape in tensors.items()})
+    if expected is None or problems or skip & set(files):
+        return problems  # the damage named already; the tensors of a damaged file are not known
+    return tensor_problems(model_dir, found, expected)
+
+
+def tensor_problems(model_dir: Path, found: dict, expected: dict[str, tuple[int, ...]]) -> list[str]:
+    """The tensors config.json's model needs that the headers lack, and those of another shape."""
+    problems = []
+    missing = [name for name in expected if name not in found]
+    if missing:
+        problems.append(f"{model_dir}: the checkpoint lacks {len(missing)} tensor(s) that its config.json's "
+                        f"Llama has (first: {missing[0]}); loading it would fail")  # fmt: skip
+    wrong = [(name, found[name], shape) for name, shape in expected.items()
+             if name in found and found[name][0] != shape]  # fmt: skip
+    for name, (shape, file), want in wrong[:MAX_ROW_PROBLEMS]:
+        problems.append(f"{model_dir / file}: {name} has shape {list(shape)}, its config.json's Llama needs "
+                        f"{list(want)}")  # fmt: skip
+    if len(wrong) > MAX_ROW_PROBLEMS:
+        problems.append(f"{model_dir}: {len(wrong) - MAX_ROW_PROBLEMS} more tensors of another shape")
     return problems
 
 
 def check_recorded(model_dir: Path, full: bool) -> dict[str, str]:
-    """{file: problem} for the files model/meta.json recorded at download: present at their size (and
-    sha256 with `full`)."""
+    """{file: problem} for the files model/meta.json recorded when they were downloaded or written: present
+    at their size, their sampled blocks, and their sha256 with `full` or when they are small (the sample's
+    model, every config and tokenizer file: hashed whole in milliseconds)."""
+    meta = model.read_meta(model_dir)
+    how = "written" if meta.get("source") == model.SAMPLE_SOURCE else "downloaded"
     problems = {}
-    for name, rec in model.read_meta(model_dir).get("files", {}).items():
+    for name, rec in meta.get("files", {}).items():
         path = model_dir / name
         if not path.is_file():
-            problems[name] = f"missing: {path} (downloaded before, per {model.META})"
+            problems[name] = f"missing: {path} ({how} before, per {model.META})"
         elif path.stat().st_size != rec["size"]:
             size = path.stat().st_size
-            problems[name] = f"{path}: {size:,} bytes, the Hub's is {rec['size']:,} (truncated or modified)"
+            problems[name] = f"{path}: {size:,} bytes, {rec['size']:,} when {how} (truncated or modified)"
         elif rec.get(KEY) and sampled_sha256(path) != rec[KEY]:
             problems[name] = f"{path}: sampled blocks differ from {model.META} (modified in place or corrupt)"
-        elif full and rec.get("sha256") and file_hash(path, "sha256") != rec["sha256"]:
-            problems[name] = f"{path}: checksum mismatch: sha256 differs from the Hub's {rec['sha256']}"
+        elif (
+            rec.get("sha256")
+            and (full or rec["size"] <= WHOLE_HASH_MAX)
+            and file_hash(path, "sha256") != rec["sha256"]
+        ):
+            problems[name] = (f"{path}: checksum mismatch: sha256 differs from the one recorded when it was "
+                              f"{how} (modified in place or corrupt)")  # fmt: skip
     return problems
 
 
@@ -240,7 +275,11 @@ def check_model(model_dir: Path, meta: dict, full: bool) -> list[str]:
         problems.append(
             f"{config_path}: vocab_size {config.get('vocab_size')} < the data's {meta['vocab_size']}"
         )
-    return problems + check_weights(model_dir, set(recorded))
+    try:
+        expected = model.hf_tensors(config)
+    except (KeyError, TypeError) as err:
+        return [*problems, f"{config_path}: no {err} (a Hugging Face Llama config)"]
+    return problems + check_weights(model_dir, set(recorded), expected)
 
 
 def verify(datadir: Path, full: bool = False) -> list[str]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Llama 3.1 8B data. Inside the container (or anywhere with the repository's Python environment):
+# Llama 3.1 8B data. Usage, inside the container (or anywhere with the repository's Python environment):
 #
 #   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/mlperf_llama31_8b   # MLCommons' C4 + tokenizer
 #   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/llama_demo --sample # the CPU demo's data

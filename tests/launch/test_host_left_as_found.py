@@ -99,6 +99,19 @@ def test_a_cpu_demo_config_leaves_the_host_alone(launch, host):
     assert "CPU_DEMO=1: runtime tunables not applied" in log
 
 
+def test_what_a_cpu_demo_run_does_to_the_host_is_said_exactly(launch, host):
+    """It changes no kernel setting, and it does drop the page cache: said as such, not "this host is left as
+    it is" followed by sysctl's `vm.drop_caches = 3` (issue 35)."""
+    config = launch.tmp / "config_TEST_1x2x4.sh"
+    config.write_text(config.read_text() + "export CPU_DEMO=1\n")
+    result = launch.run(DROPCACHE_CMD="echo vm.drop_caches=3")  # sysctl's own echo
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (launch.logdir / f"{PREFIX}_1.log").read_text()
+    assert "left as it is" not in log and "vm.drop_caches=3" not in log.splitlines()
+    assert "no kernel setting is changed" in log
+    assert "Clear page cache: sync, then echo vm.drop_caches=3 (frees cached file data" in log
+
+
 @pytest.mark.parametrize("config", CPU_CONFIGS, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_the_shipped_cpu_configs_leave_the_host_alone(launch, host, config):
     # what demo.sh and tests/test_small_default.py run, the latter without a fake TUNABLES_ROOT

@@ -114,6 +114,15 @@ def test_config_errors_name_the_variable(env, needle):
     assert needle in str(err.value)
 
 
+def test_a_problem_names_the_variable_as_the_user_wrote_it():
+    """LORA_RANK is NVIDIA's name for AMD's LORA_DIM: LORA_RANK=0 is reported as LORA_RANK (issue 35)."""
+    with pytest.raises(ConfigError) as err:
+        LoraConfig.from_env({**BASE, "DATADIR": "/data", "LORA_RANK": "0"})
+    assert "LORA_RANK=0 must be > 0" in str(err.value) and "LORA_DIM" not in str(err.value)
+    with pytest.raises(ConfigError, match="LORA_DIM=0 must be > 0"):
+        LoraConfig.from_env({**BASE, "DATADIR": "/data", "LORA_DIM": "0"})
+
+
 def test_names_amd_and_nvidia_use_are_read_and_typos_are_named():
     amd = {"SKIP_EVALS": "3", "VAL_CHECK_INTERVAL": "384", "MAX_SEQLEN": "8192", "TARGET": "0.925"}
     cfg = LoraConfig.from_env({**BASE, "DATADIR": "/data", "MINIBS": "1", **amd})

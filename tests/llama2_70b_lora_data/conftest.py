@@ -4,9 +4,9 @@
 files with sizes and sha256 as the Hub does, `hf_hub_download` copies, and every call is recorded. The
 GovReport stand-in is two small "parquet" files whose rows (`SPLIT_ROWS` rows of `SEQ` tokens) the world
 fixture's `read_parquet_rows` returns, with govreport's constants (row counts, sizes, AMD's checksums) set to
-match, so the whole preparation runs as it does on the real set. The model stand-in has Llama 2 70B's
-config.json, two tiny safetensors shards with their index, a 32,000-token tokenizer and a `.bin` file that
-must not be fetched.
+match, so the whole preparation runs as it does on the real set. The model stand-in is a Llama 2 70B of two
+blocks of width 8 (`STANDIN_SHAPE`, set as model.SHAPE): its config.json, its tensors in two safetensors
+shards with their index, a 32,000-token tokenizer and a `.bin` file that must not be fetched.
 """
 
 from __future__ import annotations
@@ -29,7 +29,16 @@ from input_preprocessing.llama2_70b_lora import govreport, layout, model
 
 SEQ = 16
 SPLIT_ROWS = {"train": 6, "validation": 3}
-SHARDS = {"model-00001-of-00002.safetensors": ["a", "b"], "model-00002-of-00002.safetensors": ["c"]}
+# The stand-in "Llama 2 70B": its vocabulary, 2 blocks of width 8 (model.SHAPE is set to it for these tests,
+# as govreport's constants are set to the stand-in set's), its tensors in two shards
+STANDIN_SHAPE = {**model.SHAPE, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
+                 "num_key_value_heads": 1, "num_hidden_layers": 2}  # fmt: skip
+SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+@pytest.fixture(autouse=True)
+def standin_70b(monkeypatch):
+    monkeypatch.setattr(model, "SHAPE", STANDIN_SHAPE)
 
 
 class GatedRepoError(Exception):
@@ -58,19 +67,21 @@ def word_tokenizer(folder: Path, vocab: int) -> Path:
 
 
 def write_fake_model(folder: Path, **config) -> Path:
-    """A Hugging Face model folder with Llama 2 70B's config (tiny weights)."""
+    """A Hugging Face model folder of the stand-in's config (with `config`'s changes): every tensor its Llama
+    has, the first block's in the first shard and the rest in the second, as Hugging Face shards them."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(
-        json.dumps({"architectures": ["LlamaForCausalLM"], **model.SHAPE, **config})
-    )
-    weight_map = {}
-    for i, (shard, names) in enumerate(SHARDS.items()):
-        save_file({n: np.full((2, 3), i, np.float16) for n in names}, str(folder / shard))
-        weight_map.update(dict.fromkeys(names, shard))
+    config = {"architectures": ["LlamaForCausalLM"], **STANDIN_SHAPE, **config}
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = model.hf_tensors(config)
+    first = [n for n in tensors if n.startswith(("model.embed_tokens.", "model.layers.0."))]
+    weight_map = {n: SHARDS[0] if n in first else SHARDS[1] for n in tensors}
+    for i, shard in enumerate(SHARDS):
+        held = {n: np.full(shape, i, np.float16) for n, shape in tensors.items() if weight_map[n] == shard}
+        save_file(held, str(folder / shard))
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map})
     )
-    word_tokenizer(folder, model.SHAPE["vocab_size"])
+    word_tokenizer(folder, STANDIN_SHAPE["vocab_size"])
     (folder / "tokenizer_config.json").write_text('{"bos_token": "t1", "eos_token": "t2"}')
     return folder
 

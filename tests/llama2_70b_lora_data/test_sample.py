@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.common.runtime import PrepError
 from input_preprocessing.common.wikitext import WIKI_SAMPLE, extract_articles
-from input_preprocessing.llama2_70b_lora import layout, prepare, sample, verify
+from input_preprocessing.llama2_70b_lora import layout, model, prepare, sample, verify
 
 SEQ = 128
 
@@ -60,6 +61,11 @@ def test_meta_and_tokenizer(sample_dir):
     assert meta["splits"]["train"]["articles"] > 10 * meta["splits"]["validation"]["articles"] > 0
     assert "trained on the excerpt" in meta["tokenizer"] and "not GovReport" in meta["source"]
     assert (sample_dir / "model" / "tokenizer.json").is_file()
+    recorded = model.read_meta(sample_dir / "model")  # checked by the preflight as the data is
+    assert recorded["source"] == model.SAMPLE_SOURCE
+    assert set(recorded["files"]) == {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
+    tokenizer = sample_dir / "model" / "tokenizer.json"
+    assert recorded["files"]["tokenizer.json"]["sha256"] == file_hash(tokenizer, "sha256")
     assert not (
         sample_dir / "model" / "config.json"
     ).exists()  # the CPU default's model is built by the trainer

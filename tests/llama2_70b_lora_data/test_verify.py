@@ -170,15 +170,17 @@ def test_a_missing_or_cut_off_shard_is_named(mlperf_dir):
     index = mlperf_dir / "model" / "model.safetensors.index.json"
     (mlperf_dir / "model" / "model-00001-of-00002.safetensors").rename(shard)
     problems = verify.verify(mlperf_dir)
-    assert any("lacks 1 tensors the index puts there (first: c)" in p for p in problems), problems
+    assert any("lacks 11 tensors the index puts there (first: lm_head.weight)" in p for p in problems), (
+        problems
+    )
     index.unlink()
     assert "no safetensors weights" in verify.verify(mlperf_dir)[0]
 
 
 def test_the_model_must_be_llama_2_70b(mlperf_dir):
-    write_fake_model(mlperf_dir / "model", num_hidden_layers=2)
+    write_fake_model(mlperf_dir / "model", num_hidden_layers=3)  # the stand-in's is 2
     assert verify.verify(mlperf_dir) == [
-        f"{mlperf_dir / 'model' / 'config.json'}: num_hidden_layers is 2, Llama 2 70B's is 80"
+        f"{mlperf_dir / 'model' / 'config.json'}: num_hidden_layers is 3, Llama 2 70B's is 2"
     ]
     shutil.rmtree(mlperf_dir / "model")
     assert verify.verify(mlperf_dir) == [
@@ -186,19 +188,26 @@ def test_the_model_must_be_llama_2_70b(mlperf_dir):
     ]
 
 
-def test_sizes_recorded_at_download_are_checked(mlperf_dir):
+def test_sizes_recorded_at_download_are_checked(mlperf_dir, monkeypatch):
+    """As for a 10 GB shard: its size and sampled blocks by the fast check, its sha256 by --full."""
     from input_preprocessing.llama2_70b_lora import model
+
+    monkeypatch.setattr(verify, "WHOLE_HASH_MAX", 0)  # the stand-in's shards are small
 
     shard = mlperf_dir / "model" / "model-00001-of-00002.safetensors"
     meta = {"revision": "abc", "files": {shard.name: {"size": shard.stat().st_size + 1, "sha256": "0" * 64}}}
     (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
     (problem,) = verify.verify(mlperf_dir)
-    assert problem.startswith(f"{shard}: {shard.stat().st_size:,} bytes, the Hub's is")
+    assert (
+        problem == f"{shard}: {shard.stat().st_size:,} bytes, {shard.stat().st_size + 1:,} when downloaded "
+        "(truncated or modified)"
+    )
     meta["files"][shard.name]["size"] -= 1
     (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
     assert verify.verify(mlperf_dir) == []
     assert verify.verify(mlperf_dir, full=True) == [
-        f"{shard}: checksum mismatch: sha256 differs from the Hub's {'0' * 64}"
+        f"{shard}: checksum mismatch: sha256 differs from the one recorded when it was downloaded (modified "
+        "in place or corrupt)"
     ]
     meta["files"][shard.name][KEY] = sampled_sha256(shard)  # as the download records it
     (mlperf_dir / "model" / model.META).write_text(json.dumps(meta))
@@ -209,3 +218,62 @@ def test_sizes_recorded_at_download_are_checked(mlperf_dir):
     assert verify.verify(mlperf_dir) == [
         f"{shard}: sampled blocks differ from meta.json (modified in place or corrupt)"
     ]
+
+
+def test_the_sample_s_base_model_is_recorded_and_damage_in_it_is_named(sample_dir, capsys):
+    """The tiny base the CPU default fine-tunes (2 pretraining steps here): 4 KiB overwritten in place in its
+    model.safetensors once passed the preflight and --full, and the run ended "diverged" (issue 35)."""
+    from input_preprocessing.llama2_70b_lora import model, sample_model
+
+    sample_model.make_base_model(sample_dir, steps=2)
+    assert set(model.read_meta(sample_dir / "model")["files"]) == {"config.json", "model.safetensors"}
+    assert verify.verify(sample_dir) == [] and verify.verify(sample_dir, full=True) == []
+    weights = sample_dir / "model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(4096)  # zeros over 4 KiB of weights, the size kept
+    weights.write_bytes(bytes(data))
+    for full in (False, True):
+        (problem,) = verify.verify(sample_dir, full=full)
+        assert problem.startswith(f"{weights}: ") and "(modified in place or corrupt)" in problem
+    assert verify.main([str(sample_dir), "--preflight"]) == 1
+    assert "model.safetensors" in capsys.readouterr().err
+
+
+def test_the_checkpoint_s_tensors_are_checked_from_the_headers(mlperf_dir):
+    """Names and shapes against config.json's Llama, in the fast check: not minutes into loading."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = mlperf_dir / "model"
+    shard, index = folder / "model-00002-of-00002.safetensors", folder / "model.safetensors.index.json"
+    tensors = load_file(str(shard))
+    tensors["model.layers.1.mlp.down_proj.weight"] = np.zeros((8, 17), np.float16)  # intermediate 16
+    save_file(tensors, str(shard))
+    assert verify.verify(mlperf_dir) == [f"{shard}: model.layers.1.mlp.down_proj.weight has shape [8, 17], "
+                                         "its config.json's Llama needs [8, 16]"]  # fmt: skip
+    del tensors["lm_head.weight"]
+    tensors["model.layers.1.mlp.down_proj.weight"] = np.zeros((8, 16), np.float16)
+    save_file(tensors, str(shard))
+    weight_map = json.loads(index.read_text())
+    del weight_map["weight_map"]["lm_head.weight"]
+    index.write_text(json.dumps(weight_map))
+    (problem,) = verify.verify(mlperf_dir)
+    assert problem.startswith(f"{folder}: the checkpoint lacks 1 tensor(s)") and "lm_head.weight" in problem
+
+
+def test_the_tensors_named_are_the_trainer_s():
+    """model.hf_tensors says what training.llama.checkpoint loads: our Llama's parameters, Hugging Face's
+    names, the same shapes."""
+    import torch
+
+    from input_preprocessing.llama2_70b_lora import model
+    from training.llama.checkpoint import hf_name
+    from training.llama.model import Llama, LlamaShape
+
+    config = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 3, "vocab_size": 100}  # fmt: skip
+    shape = LlamaShape(num_layers=3, hidden_size=64, ffn_hidden_size=96, num_heads=4, num_kv_heads=2,
+                       vocab_size=100, rope_scaling=None)  # fmt: skip
+    with torch.device("meta"):
+        ours = {hf_name(n): tuple(p.shape) for n, p in Llama(shape).named_parameters()}
+    assert model.hf_tensors(config) == ours

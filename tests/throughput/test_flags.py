@@ -45,8 +45,10 @@ def test_the_seeds_commands_parse():
         (["--batchsize", "3"], "unknown flag --batchsize (did you mean --batch_size?)"),
         (["--num_iteration", "12"], "--num_iteration 12 is not a multiple of --grad_accum 8"),
         (["--num_iteration", "8"], "a measurement needs 2"),
-        (["--fp8_backend", "cuda"], "argument --fp8_backend/--fp8-backend: invalid choice: 'cuda'"),
-        (["--attention", "flash5"], "argument --attention/--attention: invalid choice: 'flash5'"),
+        (["--fp8_backend", "cuda"], "argument --fp8_backend: invalid choice: 'cuda'"),
+        (["--fp8-backend", "cuda"], "argument --fp8-backend: invalid choice: 'cuda'"),  # as it was typed
+        (["--attention", "flash5"], "argument --attention: invalid choice: 'flash5'"),
+        (["--grad_accumlate_pre_steps", "0"], "--grad_accum takes a positive integer, not '0'"),
     ],
 )
 def test_bad_flags_are_named(argv, message):

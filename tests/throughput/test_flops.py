@@ -47,7 +47,8 @@ def test_published_rows_and_the_closest_gpu():
     assert gpu == "MI300X" and "closest by peak BF16 rate and memory" in why
     assert published.reference_gpu("AMD Instinct MI355X", 288)[0] == "MI325X"
     assert published.reference_gpu("Mystery GPU", 250)[0] == "MI325X"
-    assert published.reference_gpu("CPU", None) == ("MI300X", "MI300X, for reference (no GPU here)")
+    assert published.reference_gpu("CPU", None) == (
+        "MI300X", "MI300X, the table used without a GPU; --gpu picks another")  # fmt: skip
 
 
 def test_auto_batch_extrapolates_the_peak():

@@ -8,6 +8,7 @@ with its range (`bounds`). `from_env` converts every value by the field's type, 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
 import json
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER_VARS = frozenset(
     "BENCHMARK CONFIG_FILE CONT CONT_NAME CONTAINER_RUNTIME DATADIR LOGDIR NEXP CLEAR_CACHES DGXSYSTEM "
     "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG CHECK_COMPLIANCE MASTER_ADDR "
-    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO".split()
+    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO CONSOLE".split()
 )
 # Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...); one
 # of these names that is close to a known variable is still taken for a typo of it.
@@ -44,6 +45,18 @@ PASSTHROUGH_PREFIXES = (
 
 class ConfigError(ValueError):
     """A config problem; the message names every offending variable."""
+
+
+# While from_env builds a config: the name each variable was given by, where it was one of its aliases
+# (LORA_RANK for LORA_DIM), so that a problem found in the config's checks names what the user wrote.
+_GIVEN_NAMES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "given_names", default=None
+)
+
+
+def given_name(env: str) -> str:
+    """The name the user set variable `env` by (one of its aliases, or itself)."""
+    return (_GIVEN_NAMES.get() or {}).get(env, env)
 
 
 def var(
@@ -147,7 +160,7 @@ class RunSettings:
 
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
-        bounds = [bound_problem(f.metadata["env"], getattr(self, f.name), f.metadata["bounds"])
+        bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])
                   for f in dataclasses.fields(self)]  # fmt: skip
         problems = [problem for problem in bounds if problem]
         for name, value, choices in (
@@ -254,9 +267,10 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
     """Build `cls` from `environ`. `config_vars` are the names the user's config file exported; any that
     neither `cls` nor the launchers know is reported as a likely typo."""
     hints = typing.get_type_hints(cls)
-    problems, values = [], {}
+    problems, values, given = [], {}, {}
     for f in dataclasses.fields(cls):
         name, raw, clash = _lookup(f, environ)
+        given[f.metadata["env"]] = name
         problems += clash
         if raw is None:
             if f.default is dataclasses.MISSING and not clash:
@@ -278,10 +292,13 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
         problems.append(f"{name}: not a variable of this benchmark{hint}")
     if problems:
         raise ConfigError(f"{cls.__name__}: " + "; ".join(problems))
+    token = _GIVEN_NAMES.set(given)
     try:
         return cls(**values)
     except ConfigError as err:
         raise ConfigError(f"{cls.__name__}: {err}") from None
+    finally:
+        _GIVEN_NAMES.reset(token)
 
 
 def to_env_dict(cfg) -> dict[str, object]:

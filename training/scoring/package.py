@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
@@ -51,6 +52,8 @@ AVAILABILITY = {
     "preview": "Preview",
 }
 PASSED = "PACKAGE CHECKER FOUND NO ERRORS"
+# the RCP checker's "Submission mean epochs: nan", said in words
+NO_MEAN = "INFO -  Submission mean epochs: none (no run counts toward the RCP check's mean)"
 
 
 def refuse_nonempty(out: Path) -> None:
@@ -138,12 +141,29 @@ def write_package(logdir: Path, summary: dict, out: Path, doctor: dict[str, str]
     return out / submitter, [name for name, value in desc.items() if value == ""]
 
 
+def why_rejected(summary: dict) -> str:
+    """Why MLCommons' package checker cannot accept the summary's runs whatever the package holds (a demo's
+    target, too few runs), in words; "" when nothing is known against them."""
+    reasons = []
+    demo = sorted({r["target_accuracy"] for r in summary["runs"]} - {summary["official_target"], None})
+    if demo:
+        reasons.append(f"the runs are demos (target_accuracy {', '.join(map(str, demo))}, not "
+                       f"{summary['benchmark']}'s {summary['official_target']}): the compliance rules fail "
+                       "their evaluations, and the RCP check finds no run at MLPerf's target")  # fmt: skip
+    if len(summary["runs"]) != summary["required_runs"]:
+        reasons.append(f"{len(summary['runs'])} run(s), where a submission has exactly "
+                       f"{summary['required_runs']}")  # fmt: skip
+    return "; ".join(reasons)
+
+
 def check_package(root: Path, ruleset: str) -> tuple[bool, list[str]]:
     """mlperf_logging's package checker on the submitter folder `root`, as `python -m
     mlperf_logging.package_checker ROOT training RULESET` runs it: (accepted, its messages)."""
     mlp_compliance.enqueued_configs.clear()  # as compliance.py: a module-level queue, empty before and after
     printed = io.StringIO()
-    with captured_root_log() as lines, contextlib.redirect_stdout(printed):
+    # numpy's warnings (the mean of no run) are the RCP checker's, not the user's: its own lines say it
+    with captured_root_log() as lines, contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         try:
             package_checker.check_training_package(
                 str(root), "training", ruleset, quiet=False, werror=False, rcp_bypass=False,
@@ -154,4 +174,5 @@ def check_package(root: Path, ruleset: str) -> tuple[bool, list[str]]:
         finally:
             mlp_compliance.enqueued_configs.clear()
     lines += [line for line in printed.getvalue().splitlines() if line.strip() and "(captured)" not in line]
+    lines = [NO_MEAN if line.rstrip().endswith("mean epochs: nan") else line for line in lines]
     return any(PASSED in line for line in lines), lines

@@ -18,8 +18,8 @@ def to_markdown(summary: dict) -> str:
     if not s["valid_mlperf"]:
         lines += ["> **NOT A VALID MLPerf RESULT**: demo target accuracy, see the notes.", ""]
     lines += [
-        f"| run | verdict | minutes | samples ({s['samples_key']}) | last eval_accuracy | throughput "
-        "| compliance |",
+        f"| run | verdict | minutes | samples ({s['samples_key']}) | last eval_accuracy "
+        "| throughput (samples/s) | compliance |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for run in s["runs"]:
@@ -35,6 +35,13 @@ def to_markdown(summary: dict) -> str:
     score = s["score_minutes"]
     guessed = " (**guessed**)" if s["ruleset_guessed"] else ""
     unused = " (not used: open division)" if s["division"] == "open" else ""
+    demo = sorted({r["target_accuracy"] for r in s["runs"]} - {s["official_target"], None})
+    target = f"target eval_accuracy {s['official_target']}"
+    if demo:  # the runs' own target, above their figures; MLPerf's beside it
+        target = (
+            f"these runs' target eval_accuracy {', '.join(map(str, demo))} (a demo's; MLPerf's is "
+            f"{s['official_target']})"
+        )
     lines += [
         "",
         "## Score",
@@ -42,8 +49,7 @@ def to_markdown(summary: dict) -> str:
         f"- division {s['division']}: {s['division_source']}",
         f"- ruleset {s['ruleset']}{guessed}: {s['ruleset_source']}",
         f"- RCP table{unused}: {s['rcp_table']}",
-        f"- target eval_accuracy {s['official_target']} ({better} is better); "
-        f"an official score needs {s['required_runs']} runs",
+        f"- {target} ({better} is better); an official score needs {s['required_runs']} runs",
         f"- mean time to train: {_fmt(s['mean_minutes'], '.6f')} min ({s['mean_method']})",
         f"- RCP check: {rcp_status} ({rcp['message']}), "
         f"normalization factor {rcp['normalization_factor']:.6f}",

@@ -17,6 +17,9 @@ import argparse
 import dataclasses
 import difflib
 import json
+import math
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,12 @@ LLM_KEYS = {
 LLM_REQUIRED = ("num_layers", "num_heads", "num_kv_heads", "embedding_dim", "hidden_dim", "vocab_size",
                 "max_seq_len")  # fmt: skip
 LLM_EXTRA = ("name", "arch_name", "rope_scaling")
+LLM_KINDS = {
+    **dict.fromkeys(LLM_REQUIRED, "int"),
+    "window_size": "int?",
+    "eps": "number",
+    "rope_base": "number",
+}
 FLUX_KEYS = ("name", "arch_name", "transformer", "resolution", "text_length", "vae_scale_factor")
 
 
@@ -71,18 +80,79 @@ class FluxSpec:
         return self.transformer.get("in_channels", 64)
 
 
-def load_model(path: Path, model_type: str) -> ModelSpec:
-    """The JSON config at `path` for MODEL_TYPE `model_type`; a ConfigError naming the file and key."""
-    if model_type not in MODEL_TYPES:
-        raise ConfigError(f"MODEL_TYPE {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
+# FluxTransformer2DModel's arguments this suite knows (diffusers 0.3x), and what each must be
+FLUX_TRANSFORMER = {
+    "patch_size": "int", "in_channels": "int", "out_channels": "int?", "num_layers": "int",
+    "num_single_layers": "int", "attention_head_dim": "int", "num_attention_heads": "int",
+    "joint_attention_dim": "int", "pooled_projection_dim": "int", "guidance_embeds": "bool",
+    "axes_dims_rope": "ints",
+}  # fmt: skip
+KINDS = {"int": "a positive integer", "int?": "a positive integer or null", "number": "a positive number",
+         "bool": "true or false", "ints": "a list of positive integers", "text": "a string"}  # fmt: skip
+
+
+def _read_json(path: Path) -> dict:
+    """The JSON object in `path`; a ConfigError naming the file for anything else."""
     try:
-        raw = json.loads(Path(path).read_text())
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such model config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a folder, not a model config (configs/throughput/*.json)") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
+                          "not a JSON model config") from None  # fmt: skip
+    try:
+        raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not JSON ({err})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a model config is a JSON object")
+    return raw
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check(path: Path, key: str, value, kind: str) -> None:
+    """A ConfigError naming `key` unless `value` is of `kind` (KINDS): "8192" (a string) is not a number."""
+    ok = {
+        "int": _whole(value),
+        "int?": value is None or _whole(value),
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf,
+        "bool": isinstance(value, bool),
+        "ints": isinstance(value, list) and all(_whole(v) for v in value),
+        "text": isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise ConfigError(f"{path}: {key} must be {KINDS[kind]}, not {value!r}")
+
+
+def _rope_scaling(path: Path, value) -> RopeScaling | None:
+    if value in (None, {}):
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: rope_scaling must be an object (Llama 3.1's) or null, not {value!r}")
+    known = [f.name for f in dataclasses.fields(RopeScaling)]
+    _unknown(path, value, known, where="rope_scaling")
+    for key, item in value.items():
+        _check(path, f"rope_scaling.{key}", item, "int" if key.startswith("original") else "number")
+    return RopeScaling(**value)
+
+
+def load_model(path: Path, model_type: str) -> ModelSpec:
+    """The JSON config at `path` for MODEL_TYPE `model_type`; a ConfigError naming the file and key."""
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"MODEL_TYPE {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
+    raw = _read_json(path)
+    for key in ("name", "arch_name"):
+        if key in raw:
+            _check(path, key, raw[key], "text")
     arch = raw.get("arch_name")
     if arch is not None and arch != model_type:
         raise ConfigError(f"{path} is a {arch} config (arch_name), not {model_type}")
@@ -91,24 +161,27 @@ def load_model(path: Path, model_type: str) -> ModelSpec:
         _unknown(path, raw, FLUX_KEYS)
         if not isinstance(raw.get("transformer"), dict):
             raise ConfigError(f"{path}: FLUX needs `transformer`, FluxTransformer2DModel's arguments")
+        _unknown(path, raw["transformer"], FLUX_TRANSFORMER, where="transformer")
+        for key, value in raw["transformer"].items():
+            _check(path, f"transformer.{key}", value, FLUX_TRANSFORMER[key])
         fields = {k: raw[k] for k in ("resolution", "text_length", "vae_scale_factor") if k in raw}
+        for key, value in fields.items():
+            _check(path, key, value, "int")
         return ModelSpec(name, model_type, Path(path), flux=FluxSpec(raw["transformer"], **fields))
     _unknown(path, raw, (*LLM_KEYS, *LLM_EXTRA))
     missing = [k for k in LLM_REQUIRED if k not in raw]
     if missing:
         raise ConfigError(f"{path}: missing {', '.join(missing)}")
+    for key, kind in LLM_KINDS.items():
+        if key in raw:
+            _check(path, key, raw[key], kind)
     values = {LLM_KEYS[k]: raw[k] for k in LLM_KEYS if k in raw}
     if "rope_scaling" in raw:
-        values["rope_scaling"] = RopeScaling(**raw["rope_scaling"]) if raw["rope_scaling"] else None
+        values["rope_scaling"] = _rope_scaling(path, raw["rope_scaling"])
     elif model_type == "mistral":
         values["rope_scaling"] = None
     if model_type == "mistral":
         values.setdefault("rope_theta", 10000.0)  # Mistral 7B v0.1's RoPE base
-    for key in (*LLM_REQUIRED, "window_size"):
-        value, optional = raw.get(key), key == "window_size"
-        if not (isinstance(value, int) and value > 0) and not (optional and value is None):
-            kind = "a positive integer or null" if optional else "a positive integer"
-            raise ConfigError(f"{path}: {key} must be {kind}, not {value!r}")
     shape = LlamaShape(**values)
     if shape.hidden_size % shape.num_heads or shape.num_heads % shape.num_kv_heads:
         raise ConfigError(
@@ -118,12 +191,12 @@ def load_model(path: Path, model_type: str) -> ModelSpec:
     return ModelSpec(name, model_type, Path(path), shape=shape)
 
 
-def _unknown(path: Path, raw: dict, known) -> None:
+def _unknown(path: Path, raw: dict, known, where: str = "") -> None:
     for key in raw:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else f"; known: {', '.join(known)}"
-            raise ConfigError(f"{path}: unknown key {key!r}{hint}")
+            raise ConfigError(f"{path}: unknown key {(where + '.' if where else '') + key!r}{hint}")
 
 
 @dataclass(frozen=True)
@@ -203,19 +276,37 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+USAGE = """\
+torchrun --nproc_per_node=N train_fsdp.py CONFIG MODEL_TYPE [flags]   one model on N GPUs
+       python train_fsdp.py CONFIG MODEL_TYPE [flags]                       one model, one process
+       python train_fsdp.py --suite [suite flags]     every row of AMD's table (--suite --help: its flags)"""
+DESCRIPTION = """\
+Training throughput of one model under FSDP2 on synthetic data: tokens (images) and TFLOP/s per GPU, beside
+AMD's published figure (training/throughput/README.md). Flags take AMD's shapes: --name value or
+--name=value, dashes or underscores (--batch-size), True/False (a bare --enable_fp8 is True). On a CPU, try
+configs/throughput/tiny-llama.json."""
+
+
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="train_fsdp.py", description=__doc__, allow_abbrev=False,
+    p = _Parser(prog="train_fsdp.py", usage=USAGE, description=DESCRIPTION, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("config_file", type=Path, help="a JSON model config (configs/throughput/*.json)")
     p.add_argument("model_type", help=" | ".join(MODEL_TYPES))
 
-    def flag(name: str, **kw):
-        p.add_argument(f"--{name}", f"--{name.replace('_', '-')}", dest=name, **kw)
+    def add(name: str, aliases: tuple[str, ...], **kw):
+        """--name, listed in --help; its other spellings (dashes, AMD's names) accepted, not listed twice."""
+        p.add_argument(f"--{name}", dest=name, **kw)
+        hidden = {k: v for k, v in kw.items() if k not in ("help", "default", "metavar")}
+        for alias in dict.fromkeys(f"--{a}" for a in (name.replace("_", "-"), *aliases)):
+            if alias != f"--{name}":
+                p.add_argument(alias, dest=name, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **hidden)
 
-    def switch(name: str, default: bool, help: str, aliases: tuple[str, ...] = ()):
-        names = [f"--{n}" for n in (name, name.replace("_", "-"), *aliases)]
-        p.add_argument(*dict.fromkeys(names), dest=name, nargs="?", const=True, default=default,
-                       type=_bool(f"--{name}"), metavar="True|False", help=help)  # fmt: skip
+    def flag(name: str, aliases: tuple[str, ...] = (), **kw):  # a flag with a value
+        add(name, aliases, **kw)
+
+    def switch(name: str, default: bool, help: str):
+        add(name, (), nargs="?", const=True, default=default, type=_bool(f"--{name}"), metavar="True|False",
+            help=help)  # fmt: skip
 
     flag("batch_size", type=_batch, default=1, help="per GPU per iteration, or auto: the largest that fits")
     switch("enable_fp8", False, "FP8 matmuls in the transformer blocks")
@@ -223,9 +314,9 @@ def parser() -> argparse.ArgumentParser:
          help="iterations (micro-batches); the first half warm up (default 128, FLUX 20)")  # fmt: skip
     flag("seed", type=int, default=1024)
     flag("seq_len", type=_positive("--seq_len"), default=None, help="default: the config's max_seq_len")
-    p.add_argument("--grad_accum", "--grad-accum", "--grad_accumlate_pre_steps", dest="grad_accum",
-                   type=_positive("--grad_accum"), default=None,
-                   help="iterations per optimizer step (default 8 as AMD's script; FLUX 1)")  # fmt: skip
+    flag("grad_accum", ("grad_accumlate_pre_steps",), type=_positive("--grad_accum"), default=None,
+         help="iterations per optimizer step (default 8 as AMD's script, whose name "
+              "--grad_accumlate_pre_steps works too; FLUX 1)")  # fmt: skip
     switch("enable_compile", True, "torch.compile each block (default True)")
     switch("activation_checkpointing", False, "recompute each block in backward (default False)")
     switch(
@@ -243,8 +334,35 @@ def parser() -> argparse.ArgumentParser:
     flag("num_layers", type=_positive("--num_layers"), default=None,
          help="fewer blocks at the config's width (a multi-GPU model on fewer GPUs; FLUX: double blocks, "
               "single ones twice as many)")  # fmt: skip
-    flag("json", type=Path, default=None, help="also write the result as JSON here")
+    flag("json", type=Path, default=None, help="also write the result as JSON here (checked before the run)")
     return p
+
+
+def check_writable(path: Path, flag: str, folder: bool = False, probe: bool = False) -> None:
+    """A ConfigError naming `flag` unless `path` (a file, or a folder with `folder`) can be written: checked
+    before a run, so that its result is not lost at the end. Without `probe` nothing is written (a folder in
+    the way, a file where a folder must be, no permission); with it, the folder is made and a temporary file
+    written and removed in it (root passes every permission check, a read-only mount does not)."""
+    path = Path(path)
+    if path.is_dir() and not folder:
+        raise ConfigError(f"{flag} {path}: a folder; give a file name (e.g. {path}/result.json)")
+    if path.exists() and not path.is_dir() and folder:
+        raise ConfigError(f"{flag} {path}: a file, not a folder")
+    where = path if folder else path.parent
+    existing = where
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: cannot be written (no write permission in {existing})")
+    if probe:
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=where):
+                pass
+        except OSError as err:
+            raise ConfigError(f"{flag} {path}: cannot be written ({err.strerror or err})") from None
 
 
 def parse_args(argv: list[str]) -> RunArgs:
@@ -272,6 +390,8 @@ def parse_args(argv: list[str]) -> RunArgs:
         )
     if args.model_type == "flux" and args.enable_fp8:
         raise ConfigError("--enable_fp8 True: FLUX runs in BF16 only (as AMD's table)")
+    if args.json is not None:
+        check_writable(args.json, "--json")
     return args
 
 

@@ -75,7 +75,7 @@ def reference_gpu(device_name: str, memory_gib: float | None) -> tuple[str, str]
         if gpu in device_name.replace(" ", ""):
             return gpu, f"{gpu}, the GPU detected"
     if memory_gib is None:
-        return "MI300X", "MI300X, for reference (no GPU here)"
+        return "MI300X", "MI300X, the table used without a GPU; --gpu picks another"
     known = next(((peak, mem) for frag, peak, mem in GPUS if frag in device_name.replace(" ", "")), None)
 
     def distance(gpu: str) -> float:

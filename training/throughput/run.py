@@ -22,12 +22,20 @@ import torch
 
 from training.common import backends, dist
 from training.common.config import ConfigError
+from training.common.files import write_text_atomic
 from training.llama import parallel
 from training.throughput import published
-from training.throughput.config import ModelSpec, RunArgs, model_for, parse_args
+from training.throughput.config import ModelSpec, RunArgs, check_writable, model_for, parse_args
 from training.throughput.flops import fmt
+from training.throughput.memory import CannotFit, check_this_node, launch_sizes
 from training.throughput.workload import Workload
 
+# a CPU run's comparison: none, and why
+NOT_COMPARED = {
+    "gpu": None,
+    "why": "no GPU here: AMD's figures are per GPU, a CPU's are not comparable",
+    "row": None,
+}
 MEMORY_MARGIN = 0.92  # --batch_size auto: the predicted peak stays under this share of the GPU's memory
 
 
@@ -189,8 +197,13 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
     say = print if main else (lambda *a, **k: None)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     seq = f"sequence {workload.seq}, " if workload.seq else ""
+    on_gpu = device.type == "cuda"
+    per = "GPU" if on_gpu else "process"  # a CPU run's figures are per process
+    if not on_gpu:
+        say("no GPU here: running on the CPU in fp32 with gloo, to try the command; its figures are per "
+            "process and not comparable with AMD's, which are per GPU", flush=True)  # fmt: skip
     say(f"{spec.name} ({spec.path}, {spec.model_type}): {world} x {gpu}, {seq}batch {batch} "
-        f"per GPU, {args.grad_accum} iteration(s) per optimizer step, {args.steps} steps "
+        f"per {per}, {args.grad_accum} iteration(s) per optimizer step, {args.steps} steps "
         f"({args.warmup_steps} to warm up)", flush=True)  # fmt: skip
     conf = [f"{k}={os.environ[k]}" for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
             if k in os.environ]  # fmt: skip
@@ -216,8 +229,8 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
         span = f"iteration {last}" if first == last else f"iterations {first}-{last}"
         say(f"step {i + 1}/{args.steps} ({span}/{args.num_iteration}) loss {loss:.4f} | "
             f"{times[-1] / args.grad_accum:.3f} s/iteration | "
-            f"{rate * workload.tokens_per_item:,.0f} tokens/s/GPU"
-            + "".join(f" | {fmt(v)} TFLOP/s/GPU ({k})" for k, v in rates.items())
+            f"{rate * workload.tokens_per_item:,.0f} tokens/s/{per}"
+            + "".join(f" | {fmt(v)} TFLOP/s/{per} ({k})" for k, v in rates.items())
             + f" | ETA {clock(eta)}" + (" (warm-up)" if i < args.warmup_steps else ""),
             flush=True)  # fmt: skip
     measured = times[args.warmup_steps :]
@@ -233,6 +246,7 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
         "precision": precision,
         "compute": workload.compute,
         "device": gpu,
+        "per": per,
         "world_size": world,
         "batch_size": batch,
         "seq_len": workload.seq,
@@ -254,13 +268,15 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
         else None,
         "backends": {**workload.backends, **({"batch_size": sizing} if sizing else {})},
         "versions": versions(),
-        "published": compare(spec, workload, precision, gpu, capacity, rate),
+        "published": compare(spec, workload, precision, gpu, capacity, rate)
+        if on_gpu
+        else dict(NOT_COMPARED),
     }
     if main:
         print(summary(result), flush=True)
         if args.json is not None:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result, indent=2) + "\n")
+            write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -276,22 +292,26 @@ def compare(spec: ModelSpec, workload: Workload, precision: str, gpu: str, capac
 
 def summary(r: dict) -> str:
     unit = "images" if r["model_type"] == "flux" else "sequences"
+    per = r.get("per", "GPU")
     lines = [
         f"summary: {r['model']}, {r['precision'].upper()} ({r['compute']} compute), {r['world_size']} x "
-        f"{r['device']}, batch {r['batch_size']} per GPU, the mean of the last {r['measured_steps']} "
+        f"{r['device']}, batch {r['batch_size']} per {per}, the mean of the last {r['measured_steps']} "
         "optimizer steps:",
         f"  {r['iteration_s']:.3f} s/iteration, {r['step_s']:.3f} s/step "
         f"(fastest {r['step_spread_s'][0]:.3f}, slowest {r['step_spread_s'][1]:.3f})",
-        f"  {r[f'{unit}_per_s_per_gpu']:,.3f} {unit}/s/GPU, {r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU",
+        f"  {r[f'{unit}_per_s_per_gpu']:,.3f} {unit}/s/{per}, "
+        f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/{per}",
     ]
     for key, value in r["tflops_per_gpu"].items():
-        lines.append(f"  {fmt(value)} TFLOP/s/GPU ({r['accountings'][key]})")
+        lines.append(f"  {fmt(value)} TFLOP/s/{per} ({r['accountings'][key]})")
     if r["peak_gib"] is not None:
         lines.append(f"  peak memory {r['peak_gib']:.1f} GiB of {r['capacity_gib']:.1f} GiB (busiest rank)")
     if r["reduced_depth"]:
         lines.append(f"  reduced depth: {r['reduced_depth']}; not the full model AMD measured")
     p = r["published"]
-    if p["row"] is None:
+    if p["gpu"] is None:
+        lines.append(f"  no comparison with AMD's figures: {p['why']}")
+    elif p["row"] is None:
         lines.append(f"  AMD publishes no figure for {r['model']} in {r['precision'].upper()} ({p['why']})")
     else:
         row = p["row"]
@@ -311,17 +331,27 @@ def versions() -> dict:
 
 
 def main(argv: list[str]) -> int:
+    """Exit status 0 done, 1 the model does not fit, 2 a flag or config error. Every rank finds the same
+    config error: rank 0 says it (once, not once per rank), before anything is built."""
+    world, local_ranks = launch_sizes()
+    say_once = print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)
     try:
         args = parse_args(argv)
         spec = model_for(args)
+        check_this_node(spec, world, local_ranks)
+        if args.json is not None and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+            check_writable(args.json, "--json", probe=True)
     except ConfigError as err:
-        print(f"train_fsdp.py: error: {err}", file=sys.stderr)
+        say_once(f"train_fsdp.py: error: {err}", file=sys.stderr)
         return 2
+    except CannotFit as err:
+        say_once(f"train_fsdp.py: {err}", file=sys.stderr)
+        return 1
     info = dist.init_distributed()
     try:
         measure(spec, args, info)
     except ConfigError as err:
-        print(f"train_fsdp.py: error: {err}", file=sys.stderr)
+        say_once(f"train_fsdp.py: error: {err}", file=sys.stderr)
         return 2
     except DoesNotFit as err:
         print(f"train_fsdp.py: {err}", file=sys.stderr)
