@@ -107,8 +107,6 @@ def lora_peer(shape, ours, device):
     import peft
     import transformers
 
-    from training.llama.model import cross_entropy
-
     on_gpu = device.type == "cuda"
     dtype = torch.bfloat16
     config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
@@ -143,21 +141,7 @@ def lora_peer(shape, ours, device):
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
                                   fused=on_gpu)  # fmt: skip
-    autocast = torch.autocast(device.type, torch.bfloat16)
-
-    def step(i, batch, steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(i, 4e-4, steps)
-        tokens, labels = batch
-        with autocast:
-            loss = cross_entropy(model(input_ids=tokens).logits, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.3)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return step
+    return hf_llama_step(model, optimizer, params, clip=0.3, lr=lambda i, steps: lr_at(i, 4e-4, steps))
 
 
 def part_lora(args, device) -> dict:
@@ -233,7 +217,6 @@ def llama_peer(shape, device):
     import transformers
 
     from training.llama import optim
-    from training.llama.model import cross_entropy
 
     config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
     with torch.device(device):
@@ -244,16 +227,26 @@ def llama_peer(shape, device):
     on_gpu = device.type == "cuda"
     optimizer, _ = optim.build_optimizer(model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=on_gpu, impl="torch")
     params = [p for p in model.parameters() if p.requires_grad]
-    autocast = torch.autocast(device.type, torch.bfloat16)
+    return hf_llama_step(
+        model, optimizer, params, clip=1.0, lr=lambda i, steps: lr_at(i, LLAMA_LR, steps, 10)
+    )
+
+
+def hf_llama_step(model, optimizer, params, clip: float, lr):
+    """What a user of Hugging Face's Llama writes: bf16 autocast, the float32 loss, torch's clip and
+    optimizer; `lr(step, steps)` the schedule."""
+    from training.llama.model import cross_entropy
+
+    device_type = next(model.parameters()).device.type
 
     def step(i, batch, steps):
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(i, LLAMA_LR, steps, 10)
+            group["lr"] = lr(i, steps)
         tokens, labels = batch
-        with autocast:
+        with torch.autocast(device_type, torch.bfloat16):
             loss = cross_entropy(model(input_ids=tokens).logits, labels)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()

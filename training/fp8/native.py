@@ -299,12 +299,10 @@ class Fp8Linear(nn.Linear):
 
     @torch.no_grad()
     def _bf16_weight(self, w: torch.Tensor) -> torch.Tensor:
-        """The weight in bf16, detached (calibration computes no weight gradient): plain, or the e4m3 codes of
-        one stored or all-gathered in FP8 divided by their scale."""
-        if self.stores_fp8 or self.gathers_fp8:
-            codes = w if self.stores_fp8 else unpack(w)[0]
-            return (codes.float() / self.w_scale).to(torch.bfloat16)
-        return w.detach().to(torch.bfloat16)
+        """The weight the FP8 GEMM will multiply, in bf16 and detached (calibration computes no weight
+        gradient): its e4m3 codes as the step casts them (or as stored, or all-gathered) over their scale."""
+        w8, _, scale = _cast_weight(w.detach(), self.gathered_scale(), self.triton)
+        return (w8.float() / scale).to(torch.bfloat16)
 
     def _forward_tensor_parallel(self, x):
         """Under DTensor tensor parallelism (the weight sharded by rows: column-parallel, with the input
