@@ -28,12 +28,6 @@ from training.llama.model import Llama, LlamaShape, init_weights
 from training.lora import reset_lora
 
 
-def param_dtype(precision: str) -> torch.dtype:
-    """The dtype a model computes in for a resolved PRECISION: bf16 for bf16 and fp8 (FP8 matmuls inside a
-    bf16 model), else float32."""
-    return torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32
-
-
 def build_llama(
     shape: LlamaShape,
     attention: str,

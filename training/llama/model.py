@@ -449,6 +449,12 @@ def canonical_names(shape: LlamaShape) -> tuple[str, ...]:
         return tuple(name for name, _ in Llama(shape).named_parameters())
 
 
+def param_dtype(precision: str) -> torch.dtype:
+    """The dtype a model computes in for a resolved PRECISION: bf16 for bf16 and fp8 (FP8 matmuls inside a
+    bf16 model), else float32."""
+    return torch.bfloat16 if precision in ("bf16", "fp8") else torch.float32
+
+
 # What a user may ask for (ATTENTION, --attention). `cudnn`: cuDNN's banded SDPA for a window; without one,
 # SDPA (whose own choice on Hopper is cuDNN's kernel).
 ATTENTIONS = ("auto", "sdpa", "cudnn", "flash_attn", "flash4")

@@ -22,7 +22,7 @@ from torch import nn
 from training.common import dist
 from training.fp8 import Fp8, calibrate, reset_after_materialize
 from training.llama import parallel
-from training.llama.model import compiled_cross_entropy, cross_entropy
+from training.llama.model import compiled_cross_entropy, cross_entropy, param_dtype
 
 
 @dataclass
@@ -56,7 +56,7 @@ def trainer_step(model: nn.Module, optimizer: torch.optim.Optimizer, layout: par
                  clip_norm: float) -> Step:  # fmt: skip
     """The Step of the Llama trainers: the compiled loss with COMPILE=1; bf16 (PRECISION bf16 or fp8, as
     resolved) through autocast where FSDP holds no bf16 parameters (`data_parallel` "off": one process)."""
-    bf16_autocast = precision in ("bf16", "fp8") and data_parallel == "off"
+    bf16_autocast = param_dtype(precision) == torch.bfloat16 and data_parallel == "off"
     autocast = torch.autocast(device.type, torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
     loss_fn = compiled_cross_entropy if compiled else cross_entropy
     return Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,

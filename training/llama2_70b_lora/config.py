@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training import benchmarks
-from training.common.config import ConfigError, RunSettings, var
-from training.llama.model import ATTENTIONS
+from training.common.config import ConfigError, var
 from training.llama.parallel import Parallelism, feature_problems, layout
+from training.llama.settings import LlamaRunSettings
 from training.lora.fused import KERNEL_CHOICES
 
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
@@ -30,7 +30,7 @@ OFFICIAL = {"target": BENCHMARK.target, "max_seq_length": 8192, "lora_rank": 16}
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoraConfig(RunSettings):
+class LoraConfig(LlamaRunSettings):
     BENCHMARK = BENCHMARK  # its row of the table: the shared checks read its name and ruleset
 
     datadir: Path = var(
@@ -78,14 +78,8 @@ class LoraConfig(RunSettings):
         aliases=("OVERWRITTEN_NUM_LAYERS",),
         bounds="> 0",
     )
-    fp8_param_gather: bool = var(
-        "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8"
-    )
     fp8_weights: bool = var(
         "FP8_WEIGHTS", False, help="one GPU, PRECISION=fp8, FP8_BACKEND=native: the frozen base stored in FP8"
-    )
-    activation_checkpointing: bool = var(
-        "ACTIVATION_CHECKPOINTING", False, help="recompute blocks in backward"
     )
     checkpoint_layers: int | None = var(
         "ACL",
@@ -98,18 +92,10 @@ class LoraConfig(RunSettings):
         False,
         help="with ACTIVATION_CHECKPOINTING: recompute all but the attention kernel (0.13-0.28 GiB a block)",
     )
-    reshard_after_forward: bool = var(
-        "RESHARD_AFTER_FORWARD", True, help="0: keep blocks gathered to backward"
-    )
-    compile: bool = var("COMPILE", False, help="torch.compile each transformer block")
     warmup: bool = var(
         "WARMUP", True, help="untimed synthetic training and validation steps before run_start"
     )
     warmup_train_steps: int = var("WARMUP_TRAIN_STEPS", 5, bounds=">= 0")
-    attention: str = var("ATTENTION", "auto", help=" | ".join(ATTENTIONS))
-    adamw_impl: str = var(
-        "ADAMW_IMPL", "auto", help="auto (GPUs: ours in Triton where it matches torch's) | torch"
-    )
 
     def __post_init__(self):
         problems = self.shared_problems()
@@ -125,22 +111,15 @@ class LoraConfig(RunSettings):
             problems.append("FP8_WEIGHTS=1 needs PRECISION=fp8 and FP8_BACKEND=native")
         if self.init_checkpoint not in ("model", "none"):
             problems.append(f"INIT_CHECKPOINT={self.init_checkpoint!r} is not one of model, none")
-        for name, value, choices in (("ATTENTION", self.attention, ATTENTIONS),
-                                     ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch")),
-                                     ("LORA_KERNEL", self.lora_kernel, KERNEL_CHOICES)):  # fmt: skip
-            if value not in choices:
-                problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
+        problems += self.llama_problems()
+        if self.lora_kernel not in KERNEL_CHOICES:
+            problems.append(f"LORA_KERNEL={self.lora_kernel!r} is not one of {', '.join(KERNEL_CHOICES)}")
         problems += feature_problems(1, 1, 1, self.fp8_backend if self.fp8 else None, self.compile,
                                      self.seq_length, self.num_layers or 1, lora=True)  # fmt: skip
         if problems:
             raise ConfigError("; ".join(problems))
 
     # ---- derived values ----
-    @property
-    def fp8(self) -> bool:
-        """FP8 matmuls in the blocks (PRECISION=fp8, or FP8=1), the frozen base and the adapters' inputs."""
-        return self.requested_precision() == "fp8"
-
     def global_batch_size(self, world_size: int) -> int:
         return self.minibs * world_size
 

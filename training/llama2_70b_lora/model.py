@@ -11,9 +11,9 @@ from torch import nn
 from training.common.config import ConfigError
 from training.fp8 import Fp8, Fp8Settings, MlpLayout
 from training.llama import parallel
-from training.llama.build import build_llama, param_dtype
+from training.llama.build import build_llama
 from training.llama.checkpoint import shape_from_hf_config
-from training.llama.model import MLP, PRESETS, LlamaShape, choose_attention
+from training.llama.model import MLP, PRESETS, LlamaShape, choose_attention, param_dtype
 from training.llama2_70b_lora.config import LoraConfig
 from training.lora import LoraSettings
 from training.lora.fused import choose_kernel

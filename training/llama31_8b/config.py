@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training import benchmarks, fp8
-from training.common.config import ConfigError, RunSettings, var
-from training.llama.model import ATTENTIONS, PRESETS, LlamaShape
+from training.common.config import ConfigError, var
+from training.llama.model import PRESETS, LlamaShape
 from training.llama.parallel import Parallelism, feature_problems, layout
+from training.llama.settings import LlamaRunSettings
 
 BENCHMARK = benchmarks.BENCHMARKS["llama31_8b"]
 # Fixed by the MLPerf Training 5.1 closed rules (closed_llama31_8b.yaml and the benchmark's rules table)
@@ -38,7 +39,7 @@ LR_SCHEDULE = "cosine with linear warmup"
 
 
 @dataclass(frozen=True, kw_only=True)
-class LlamaPretrainConfig(RunSettings):
+class LlamaPretrainConfig(LlamaRunSettings):
     BENCHMARK = BENCHMARK  # its row of the table: the shared checks read its name and ruleset
     # (the third number of AMD's and NVIDIA's Llama config names is not MBS: MI355X_1x8x1 has MBS 2)
     datadir: Path = var("DATADIR", help="folder with the preprocessed C4 .bin/.idx files")
@@ -97,39 +98,21 @@ class LlamaPretrainConfig(RunSettings):
     pp: int = var("PIPELINE_MODEL_PARALLEL_SIZE", 1, aliases=("PP", "PIPELINE_MODEL_PARALLEL"), bounds="> 0")
     cp: int = var("CONTEXT_PARALLEL_SIZE", 1, aliases=("CP", "CONTEXT_PARALLEL"), bounds="> 0")
     fp8_recipe: str = var("FP8_RECIPE", "tensorwise", help="torchao recipe: tensorwise | rowwise")
-    fp8_param_gather: bool = var(
-        "FP8_PARAM_GATHER",
-        True,
-        help="FSDP2 (without TP) all-gathers the FP8 linears' weights in FP8 (torchao tensorwise, native)",
-    )
-    adamw_impl: str = var(
-        "ADAMW_IMPL",
-        "auto",
-        help="auto (GPUs: ours in Triton where it matches torch's fused AdamW there, else torch's) | torch",
-    )
-    activation_checkpointing: bool = var("ACTIVATION_CHECKPOINTING", False)
-    reshard_after_forward: bool = var(
-        "RESHARD_AFTER_FORWARD", True, help="0: FSDP2 keeps every block gathered from forward to backward"
-    )
-    compile: bool = var("COMPILE", False, help="torch.compile each transformer block")
     synthetic_warmup_steps: int = var(
         "SYNTHETIC_WARMUP_STEPS",
         0,
         help="forward+backward passes on random tokens before run_start (compiles; no weight update)",
         bounds=">= 0",
     )
-    attention: str = var("ATTENTION", "auto", help=" | ".join(ATTENTIONS))
     num_workers: int = var("NUM_WORKERS", 2, help="training data loader processes per rank", bounds=">= 0")
 
     def __post_init__(self):
-        problems = self.shared_problems()
+        problems = self.shared_problems() + self.llama_problems()
         if self.warmup_steps >= self.max_steps:
             problems.append(f"WARMUP_STEPS={self.warmup_steps} must be in [0, MAX_STEPS={self.max_steps})")
         for name, value, choices in (
             ("MODEL_SIZE", self.model_size, tuple(PRESETS)),
             ("FP8_RECIPE", self.fp8_recipe, fp8.RECIPES),
-            ("ADAMW_IMPL", self.adamw_impl, ("auto", "torch")),
-            ("ATTENTION", self.attention, ATTENTIONS),
         ):
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
@@ -143,10 +126,6 @@ class LlamaPretrainConfig(RunSettings):
             raise ConfigError("; ".join(problems))
 
     # ---- derived values ----
-    @property
-    def fp8(self) -> bool:
-        """FP8 matmuls in the transformer blocks (PRECISION=fp8, or FP8=1)."""
-        return self.requested_precision() == "fp8"
 
     def global_batch_size(self, world_size: int | None = None) -> int:
         """Sequences per optimizer step (GBS; the same on any number of GPUs)."""

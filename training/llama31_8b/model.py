@@ -9,8 +9,8 @@ from torch import nn
 
 from training.fp8 import Fp8, Fp8Settings, MlpLayout
 from training.llama import parallel
-from training.llama.build import build_llama, param_dtype
-from training.llama.model import MLP, choose_attention
+from training.llama.build import build_llama
+from training.llama.model import MLP, choose_attention, param_dtype
 from training.llama31_8b.config import LlamaPretrainConfig
 
 
