@@ -16,7 +16,7 @@ export MAX_STEPS=1200000 EVAL_EVERY=12288 START_EVAL_AT=0 EVAL_SAMPLES=1024 TARG
 export MAX_SAMPLES_TERMINATION=491520
 export TENSOR_MODEL_PARALLEL_SIZE=1 PIPELINE_MODEL_PARALLEL_SIZE=1 CONTEXT_PARALLEL_SIZE=1
 # FP8 (NVIDIA's v5.1 8B results are NVFP4; FP8 is what B200 submitters such as University of Florida ran):
-# Transformer Engine in the NGC image, else our native FP8.
+# FP8_BACKEND=auto: our native FP8 (=te for the NGC image's Transformer Engine, not run by this toolkit).
 export PRECISION=fp8 FP8_BACKEND=auto COMPILE=1 ACTIVATION_CHECKPOINTING=0
 # Blocks stay gathered from forward to backward: +3% on 4 x H200 for 16 GB more per GPU (perf/RESULTS.md).
 export RESHARD_AFTER_FORWARD=0

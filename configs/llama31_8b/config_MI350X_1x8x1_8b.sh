@@ -16,7 +16,8 @@ export MAX_STEPS=1200000 EVAL_EVERY=12288 START_EVAL_AT=0 EVAL_SAMPLES=1024 TARG
 # Converged runs need 172k-197k samples (AMD's logs); 40 evaluations without reaching 3.3 end the run aborted.
 export MAX_SAMPLES_TERMINATION=491520
 export TENSOR_MODEL_PARALLEL_SIZE=1 PIPELINE_MODEL_PARALLEL_SIZE=1 CONTEXT_PARALLEL_SIZE=1
-# FP8 as AMD submitted (Transformer Engine in the ROCm image, else our native FP8); blocks compiled, no recompute.
+# FP8 (FP8_BACKEND=auto: our native FP8 on this GPU's OCP formats; =te for the ROCm image's Transformer Engine,
+# as AMD submitted, not run by this toolkit); blocks compiled, no recompute.
 export PRECISION=fp8 FP8_BACKEND=auto COMPILE=1 ACTIVATION_CHECKPOINTING=0
 # Blocks stay gathered from forward to backward: +3% on 4 x H200 for 16 GB more per GPU (perf/RESULTS.md).
 export RESHARD_AFTER_FORWARD=0
