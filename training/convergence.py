@@ -75,12 +75,13 @@ class Outcome:
 
 
 def config_class(benchmark: benchmarks.Benchmark):
-    """The benchmark's config class (the RunSettings subclass of `<package>.config`)."""
+    """The benchmark's config class: the RunSettings subclass `<package>.config` defines (not one it
+    imports)."""
     from training.common.config import RunSettings
 
     module = importlib.import_module(f"{benchmark.package}.config")
-    found = [v for v in vars(module).values()
-             if isinstance(v, type) and issubclass(v, RunSettings) and v is not RunSettings]  # fmt: skip
+    found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, RunSettings)
+             and v.__module__ == module.__name__]  # fmt: skip
     return found[0]
 
 
