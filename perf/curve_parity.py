@@ -3,6 +3,7 @@ the same initial weights on the same batches of real text, dropout off, for `--s
 default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.json and a plot.
 
     python -m perf.curve_parity [lora] [llama] [bert] [--steps 50]      # one GPU
+    python -m perf.curve_parity lora --layers 40 --ac --mlperf-regime   # deeper, recomputed, MLPerf's regime
     python -m perf.curve_parity --tiny                                   # CPU smoke test (toy shapes)
 
 - lora: Llama 2 70B's width, `--layers` blocks (4), one 8192-token row of the Wikipedia excerpt a step, its
@@ -82,7 +83,7 @@ def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int
            "MAX_SEQLEN": str(shape.max_seq_length), "LORA_DROPOUT": str(dropout), "FP8_BACKEND": "native",
            "COMPILE": str(int(on_gpu and "compile" in modes)),
            "PRECISION": "fp8" if "fp8native" in modes else "bf16",
-           "FP8_WEIGHTS": str(int("fp8w" in modes)),
+           "FP8_WEIGHTS": str(int("fp8w" in modes)), "ACTIVATION_CHECKPOINTING": str(int("ac" in modes)),
            "ATTENTION": "sdpa" if "eager" in modes else "auto",
            "LORA_KERNEL": "pytorch" if "eager" in modes else "auto"}  # fmt: skip
     cfg = LoraConfig.from_env(env)
@@ -102,8 +103,9 @@ def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int
     return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, 4e-4, steps, warmup))[0]
 
 
-def lora_peer(shape, ours, device):
-    """Hugging Face + peft with the q/k/v adapters sharing one A: `ours`' base weights and adapters."""
+def lora_peer(shape, ours, device, recompute: bool = False):
+    """Hugging Face + peft with the q/k/v adapters sharing one A: `ours`' base weights and adapters
+    (`recompute`: Hugging Face's gradient checkpointing of every block)."""
     import peft
     import transformers
 
@@ -137,6 +139,8 @@ def lora_peer(shape, ours, device):
         attn.o_proj.lora_B["default"].weight = torch.nn.Parameter(
             adapters.o_adapter.lora_b.weight.detach().float().clone()
         )
+    if recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
@@ -170,11 +174,12 @@ def part_lora(args, device) -> dict:
         )
         torch.manual_seed(0)
         ours, step = lora_ours(shape, ["bf16", "eager"], device)
-        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device), batches)
+        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device, args.ac), batches)
         del ours
     for name in variants:
         torch.manual_seed(0)
-        _, step = lora_ours(shape, name.split("-")[1:], device, dropout, warmup)
+        modes = name.split("-")[1:] + (["ac"] if args.ac else [])
+        _, step = lora_ours(shape, modes, device, dropout, warmup)
         curves[name] = train_curve(step, batches)
         release(device)
     return {"reference": reference, "shape": str(shape), "curves": curves, "vocab": shape.vocab_size,
@@ -447,6 +452,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=4, help="blocks of the Llama models at full width")
     ap.add_argument("--seq", type=int, default=None, help="LoRA: 8192, Llama: 2048 (64 with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="toy shapes on the CPU (smoke test)")
+    ap.add_argument("--ac", action="store_true",
+                    help="lora: recompute every block (deeper models on one GPU)")  # fmt: skip
     ap.add_argument("--mlperf-regime", action="store_true",
                     help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference")  # fmt: skip
     args = ap.parse_args()
