@@ -90,23 +90,18 @@ def sourced(config: Path) -> dict[str, str]:
     one before (nothing of the file is parsed here)."""
     if not config.is_file():
         raise CheckError(f"{config}: no such config file")
-    script = 'env -0 > "$2"; source "$1" > /dev/null; env -0 > "$3"'
-    with_tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    before, after = with_tmp / f"conv_env_{os.getpid()}_a", with_tmp / f"conv_env_{os.getpid()}_b"
-    try:
-        done = subprocess.run(["bash", "-c", script, "bash", str(config), str(before), str(after)],
-                              capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
-        if done.returncode != 0:
-            raise CheckError(f"{config}: sourcing it failed: {done.stderr.strip()[-300:]}")
+    mark = "\0--sourced--\0"  # between the two listings (printf writes the NULs)
+    script = 'env -0; printf "\\0--sourced--\\0"; source "$1" > /dev/null; env -0'
+    done = subprocess.run(["bash", "-c", script, "bash", str(config)], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)  # fmt: skip
+    if done.returncode != 0:
+        raise CheckError(f"{config}: sourcing it failed: {done.stderr.strip()[-300:]}")
 
-        def read(path: Path) -> dict[str, str]:
-            pairs = (item.partition("=") for item in path.read_text().split("\0") if "=" in item)
-            return {k: v for k, _, v in pairs}
+    def read(listing: str) -> dict[str, str]:
+        pairs = (item.partition("=") for item in listing.split("\0") if "=" in item)
+        return {k: v for k, _, v in pairs}
 
-        old, new = read(before), read(after)
-    finally:
-        for path in (before, after):
-            path.unlink(missing_ok=True)
+    old, new = (read(part) for part in done.stdout.split(mark))
     return {k: v for k, v in new.items() if old.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
 
 

@@ -191,7 +191,8 @@ def calibrate(model: nn.Module, forward_backward: Callable[[], object]) -> bool:
     gradient (`native.calibrating`), then drop the gradients; the random number generators are restored, so
     dropout draws what it would have drawn without this pass. Without it, delayed scaling casts the first
     step with scale 1: on a 70B LoRA step the e5m2 gradients of the lower blocks underflow to zero and the
-    first steps barely move (issue 34; `perf/parity.py` shows it). A no-op (False) when nothing needs it."""
+    first steps barely move (issue 34; `tests/test_fp8.py` shows it on a toy model). A no-op (False) when
+    nothing needs it."""
     if not needs_calibration(model):
         return False
     cpu_rng = torch.get_rng_state()

@@ -58,7 +58,7 @@ def build_llama(
     fp8, applied = parallel.apply_features(model, mesh, features)
     if init_first:  # the adapters made by the features drew numbers: `reset_lora` draws from here, as below
         torch.set_rng_state(after_init)
-    if not init_first:
+    else:
         parts = _parts(model) if fp8_weights else [("", model)]
         for prefix, part in parts:
             part.to_empty(device=device)
