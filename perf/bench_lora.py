@@ -5,12 +5,17 @@ peer a user would pick, Hugging Face `LlamaForCausalLM` + `peft` LoRA, side by s
         [--steps 6] [--warmup 2] [--seq 8192] [--reference ours-bf16-ac-eager-torchdropout-sdpa]
     torchrun --nproc_per_node=4 -m perf.bench_lora --layers 80 --variants peft-bf16-ac,ours-fp8native
     python -m perf.bench_lora --tiny          # CPU smoke test (under torchrun --nproc_per_node=2: FSDP2)
+    python -m perf.bench_lora --layers 20 --text row --variants ours-fp8native-ac,ours-fp8torchao-ac
 
 The 70B width (hidden 8192, FFN 28672, 64 / 8 heads, vocabulary 32000), `--layers` blocks, random frozen
-weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape).
+weights, micro-batch 1 of `--seq` tokens whose last two thirds are scored (the GovReport rows' shape), by
+default a new row of the bundled Wikipedia excerpt each step (`--text`, class `Rows`: the speed does not
+depend on the ids, the loss parity does: on one row repeated, per-tensor FP8 memorises slower than bf16,
+ours and torchao's alike, perf/RESULTS.md), at the learning rate `lr_at` gives (`--lr-warmup`).
 - ours: `training.llama2_70b_lora.model.build_model` (bf16 frozen base, float32 adapters of rank 16, alpha 32,
   dropout 0.1 on the fused q|k|v and o projections, blocks compiled) and `training.llama.step.train_step`
-  (loss, clip at 0.3, AdamW over the adapters); `fp8native`: our FP8 linears for the frozen base.
+  (loss, clip at 0.3, AdamW over the adapters); `fp8native`: our FP8 linears for the frozen base;
+  `fp8torchao`: torchao's float8 (dynamic tensorwise scaling: an independent FP8 implementation).
 - peer: `peft.get_peft_model(LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, target_modules=[q_proj,
   k_proj, v_proj, o_proj]))` on the Hugging Face model in bf16 (SDPA attention), its float32 loss, torch's
   fused AdamW and clip_grad_norm_ at 0.3 (eager: what a peft user writes).
@@ -72,13 +77,56 @@ def rank_of(mesh) -> int:
     return 0 if mesh is None else torch.distributed.get_rank()
 
 
-def batch(shape: LlamaShape, seq: int, device, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator(device=device).manual_seed(1 + rank)
-    tokens = torch.randint(0, shape.vocab_size, (1, seq), device=device, generator=g)
-    labels = torch.roll(tokens, -1, 1)
-    labels[:, : seq // 3] = -100  # the prompt is not scored
-    labels[:, -1] = -100
-    return tokens, labels
+class Rows:
+    """The rows a rank trains on, step after step (`source`): `stream` the bundled Wikipedia excerpt's rows in
+    order, a new one each step and each rank (BERT WordPiece ids, `perf.text`: training as it reads data);
+    `row` one excerpt row every step; `random` one row of random ids every step (the speed rows before
+    2026-11-27). The first third of a row is not scored. Every variant starts from the first row. The first
+    `ahead` rows are made before any step, on the device: no timed step waits for the host."""
+
+    def __init__(self, shape: LlamaShape, seq: int, device, rank: int, world: int, source: str, ahead: int):
+        self.shape, self.seq, self.device, self.rank, self.world = shape, seq, device, rank, world
+        self.source = source
+        self.made = [self._make(i) for i in range(ahead if source == "stream" else 1)]
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.source != "stream":
+            return self.made[0]
+        return self.made[step] if step < len(self.made) else self._make(step)
+
+    def _make(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = self.seq
+        if self.source == "random":
+            g = torch.Generator(device=self.device).manual_seed(1 + self.rank)
+            tokens = torch.randint(0, self.shape.vocab_size, (1, seq), device=self.device, generator=g)
+            labels = torch.roll(tokens, -1, 1)
+            labels[:, -1] = -100
+        else:
+            from perf import text
+
+            offset = (step * self.world + self.rank) * (seq + 1)
+            ids = text.rows(text.wiki_ids(), 1, seq + 1, offset)[0] % self.shape.vocab_size  # (--tiny's 256)
+            row = torch.from_numpy(ids).to(self.device)
+            tokens, labels = row[None, :-1].clone(), row[None, 1:].clone()
+        labels[:, : seq // 3] = -100  # the prompt is not scored
+        return tokens, labels
+
+
+def lr_at(step: int, warmup: int) -> float:
+    """The learning rate of step `step`: MLPerf's 4e-4, after `warmup` steps of linear warm-up (then a cosine
+    over 50 steps): `perf/curve_parity.py lora --lora-warmup 5`'s schedule, on the same rows, so the bench's
+    first steps are that curve's. MLPerf's recipe has no warm-up, but from random weights at 20 blocks a
+    constant 4e-4 throws every implementation (peft's too) into one spike at step 5 (12 -> 16.4) where two
+    runs of the same code part by several percent: per-step loss parity measures nothing there
+    (perf/RESULTS.md, 2026-11-27). `warmup` 0: a constant 4e-4."""
+    from training.llama.optim import cosine_with_warmup
+
+    return cosine_with_warmup(step, 4e-4, warmup, 50, 4e-5) if warmup > 0 else 4e-4
+
+
+def steps_run(args) -> int:
+    """How many steps a variant runs: compile, memory, warm-up, timed, profiled (`bench`)."""
+    return 2 + args.warmup + args.steps + (2 if args.profile else 0)
 
 
 def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
@@ -88,8 +136,9 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
     ac = [m for m in modes if m.startswith("ac")]
     env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1", "LR": "4e-4",
            "MAX_SEQLEN": str(seq), "NUM_LAYERS": str(shape.num_layers),
-           "COMPILE": str(int("eager" not in modes)), "FP8_BACKEND": "native",
-           "PRECISION": "fp8" if "fp8native" in modes else "bf16",
+           "COMPILE": str(int("eager" not in modes)),
+           "FP8_BACKEND": "torchao" if "fp8torchao" in modes else "native",
+           "PRECISION": "fp8" if modes[0].startswith("fp8") else "bf16",
            "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
            "FP8_WEIGHTS": str(int("fp8w" in modes)),
            "AC_KEEP_ATTENTION": str(int("keepattn" in modes)),
@@ -123,11 +172,11 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
     step = Step(model, optimizer, Parallelism(world, 1, 1, 1, world, 1), device, mesh,
                 loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy, autocast=autocast, fp8=fp8,
                 clip_norm=0.3)  # fmt: skip
-    micro = [batch(shape, seq, device, rank_of(mesh))]
+    rows = Rows(shape, seq, device, rank_of(mesh), world, args.text, steps_run(args))
     losses = []
 
     def run():
-        loss, _ = train_step(step, micro, 4e-4)
+        loss, _ = train_step(step, [rows(len(losses))], lr_at(len(losses), args.lr_warmup))
         losses.append(loss)
 
     adapters = sum(p.numel() for p in step.params)
@@ -172,10 +221,13 @@ def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
                                   fused=device.type == "cuda")  # fmt: skip
-    tokens, labels = batch(shape, seq, device, rank_of(mesh))
+    rows = Rows(shape, seq, device, rank_of(mesh), world, args.text, steps_run(args))
     losses = []
 
     def run():
+        tokens, labels = rows(len(losses))
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(len(losses), args.lr_warmup)
         loss = cross_entropy(model(input_ids=tokens).logits, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.3, foreach=True)
@@ -190,9 +242,11 @@ def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
 
 def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: int) -> dict:
     kind, precision, *modes = variant.split("-")
-    if kind not in ("ours", "peft") or precision not in ("bf16", "fp8native"):
-        raise SystemExit(f"variant {variant}: expected ours|peft - bf16|fp8native [-ac|-acN|-eager]")
-    if precision == "fp8native" and device.type != "cuda":
+    if kind not in ("ours", "peft") or precision not in ("bf16", "fp8native", "fp8torchao"):
+        raise SystemExit(
+            f"variant {variant}: expected ours|peft - bf16|fp8native|fp8torchao [-ac|-acN|-eager]"
+        )
+    if precision != "bf16" and device.type != "cuda":
         return {"skipped": "FP8 needs a GPU"}
     torch.manual_seed(0)
     if device.type == "cuda":
@@ -240,6 +294,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer toy model on the CPU (smoke test)")
+    ap.add_argument("--lr-warmup", type=int, default=5, help="learning-rate warm-up steps (lr_at)")
+    ap.add_argument("--text", choices=("stream", "row", "random"), default="stream",
+                    help="the rows trained on (class Rows): the excerpt's rows in order, one excerpt row "
+                         "every step, one random row every step")  # fmt: skip
     ap.add_argument("--reference", default="ours-bf16-ac-eager-torchdropout-sdpa",
                     help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
@@ -262,7 +320,7 @@ def main() -> int:
     shape = shape.replace(max_seq_length=seq)
     formula = "4 x N x tokens + 6 x seq x hidden x layers x tokens + 6 x adapters x tokens"
     results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(), "seq": seq,
-               "layers": shape.num_layers, "gpus": world if gpu else 0,
+               "layers": shape.num_layers, "gpus": world if gpu else 0, "text": args.text,
                "bf16_matmul_tflops": matmul_peak(device), "runs": {},
                "flops_formula": formula}  # fmt: skip
     say = print if main_rank else (lambda *a, **k: None)

@@ -4,6 +4,8 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
 
     python -m perf.curve_parity [lora] [llama] [bert] [--steps 50]      # one GPU
     python -m perf.curve_parity lora --layers 40 --ac --mlperf-regime   # deeper, recomputed, MLPerf's regime
+    python -m perf.curve_parity lora --layers 20 --ac --mlperf-regime --lora-warmup 5 \
+        --lora-variants ours-bf16-compile,ours-fp8native             # a bf16 control beside FP8, warmed up
     python -m perf.curve_parity --tiny                                   # CPU smoke test (toy shapes)
 
 - lora: Llama 2 70B's width, `--layers` blocks (4), one 8192-token row of the Wikipedia excerpt a step, its
@@ -59,14 +61,15 @@ def lr_at(step: int, peak: float, steps: int, warmup: int = 5) -> float:
 # ---- Llama 2 70B LoRA ----
 
 
-def lora_batches(args, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    ids = torch.from_numpy(text.rows(text.wiki_ids(), args.steps, args.seq + 1))
-    out = []
-    for row in ids:
-        tokens, labels = row[None, :-1].clone(), row[None, 1:].clone()
-        labels[:, : args.seq // 3] = -100  # the prompt is not scored
-        out.append((tokens.to(device), labels.to(device)))
-    return out
+def lora_batches(args, device, shape=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The excerpt's first `args.steps` rows of `args.seq` tokens, their first thirds unscored: the rows
+    `perf.bench_lora` trains on by default (`Rows`, stream)."""
+    from perf.bench_lora import Rows
+    from training.llama.model import PRESETS
+
+    shape = shape or PRESETS["70b"]
+    rows = Rows(shape, args.seq, device, 0, 1, "stream", ahead=args.steps)
+    return [rows(i) for i in range(args.steps)]
 
 
 def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5):
@@ -103,7 +106,7 @@ def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int
     return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, 4e-4, steps, warmup))[0]
 
 
-def lora_peer(shape, ours, device, recompute: bool = False):
+def lora_peer(shape, ours, device, recompute: bool = False, warmup: int = 5):
     """Hugging Face + peft with the q/k/v adapters sharing one A: `ours`' base weights and adapters
     (`recompute`: Hugging Face's gradient checkpointing of every block)."""
     import peft
@@ -145,7 +148,9 @@ def lora_peer(shape, ours, device, recompute: bool = False):
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
                                   fused=on_gpu)  # fmt: skip
-    return hf_llama_step(model, optimizer, params, clip=0.3, lr=lambda i, steps: lr_at(i, 4e-4, steps))
+    return hf_llama_step(
+        model, optimizer, params, clip=0.3, lr=lambda i, steps: lr_at(i, 4e-4, steps, warmup)
+    )
 
 
 def part_lora(args, device) -> dict:
@@ -155,26 +160,23 @@ def part_lora(args, device) -> dict:
     if args.tiny:
         shape = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
                            vocab_size=32000, max_seq_length=args.seq, rope_scaling=None)  # fmt: skip
-    batches = lora_batches(args, device)
+    batches = lora_batches(args, device, shape)
     curves = {}
     if args.mlperf_regime:  # dropout 0.1 and no warm-up, as MLPerf's recipe: ours in bf16 is the reference
         # (peft draws its own masks; ours draw the same ones in bf16 and FP8: one kernel, one seed a call)
-        reference, variants, dropout, warmup = (
-            "ours-bf16",
-            ["ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"],
-            0.1,
-            0,
-        )
+        reference, dropout, warmup = "ours-bf16", 0.1, 0
+        variants = ["ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"]
     else:
-        reference, variants, dropout, warmup = (
-            "peft-bf16",
-            ["ours-bf16-eager", "ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"],
-            0.0,
-            5,
-        )
+        reference, dropout, warmup = "peft-bf16", 0.0, 5
+        variants = ["ours-bf16-eager", "ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"]
+    if args.lora_variants:
+        chosen = [v for v in args.lora_variants.split(",") if v != reference]
+        variants = ([reference] if reference.startswith("ours") else []) + chosen  # (peft's runs first)
+    warmup = warmup if args.lora_warmup is None else args.lora_warmup
+    if reference == "peft-bf16":
         torch.manual_seed(0)
         ours, step = lora_ours(shape, ["bf16", "eager"], device)
-        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device, args.ac), batches)
+        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device, args.ac, warmup), batches)
         del ours
     for name in variants:
         torch.manual_seed(0)
@@ -456,6 +458,11 @@ def main() -> int:
                     help="lora: recompute every block (deeper models on one GPU)")  # fmt: skip
     ap.add_argument("--mlperf-regime", action="store_true",
                     help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference")  # fmt: skip
+    ap.add_argument("--lora-variants", default=None,
+                    help="lora: the variants to run (e.g. ours-bf16-compile,ours-fp8native; a name's "
+                         "modes: eager, compile, fp8native, fp8w)")  # fmt: skip
+    ap.add_argument("--lora-warmup", type=int, default=None,
+                    help="lora: warm-up steps of the learning rate (5; 0 with --mlperf-regime)")  # fmt: skip
     args = ap.parse_args()
     if unknown := set(args.parts) - {"lora", "llama", "bert"}:
         ap.error(f"unknown part(s) {', '.join(sorted(unknown))}: lora, llama, bert")

@@ -5,7 +5,11 @@
 #   tests     the CPU tests of the build, FP8 calibration and parity verdicts, on this machine
 #   curves    perf/curve_parity.py: ours against Hugging Face (+ peft), 50 steps, bf16 and FP8 (CURVE_PARTS)
 #   converge  python -m training.convergence for each benchmark's fastest mode, SEEDS seeds (CONVERGE)
-#   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug)
+#   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug), once
+#             per row source in LORA_TEXTS (random: random ids, as the speed rows; wiki: the bundled excerpt)
+#   bert      perf/bench_bert.py with loss parity, BERT_VARIANTS, and the top GPU kernels of each (--profile)
+#   llama     perf/bench_llama.py with loss parity at LLAMA_LAYERS blocks of the 8B, LLAMA_VARIANTS, profiled
+# Each bench stage stops after STAGE_LIMIT seconds (default 590), so that a slow one leaves time to the next.
 # Usage (repo root): OUT=/some/dir [STAGES="tests curves"] bash perf/parity_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
@@ -38,8 +42,23 @@ if [[ " ${stages} " == *" converge "* ]]; then
   done
 fi
 if [[ " ${stages} " == *" lora "* ]]; then
-  python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 --warmup 1 \
-    --variants "${LORA_VARIANTS:-peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac}" 2>&1 |
-    tee "${out}/bench_lora.log" | grep -v '^  [a-z0-9-]*: {' || status=1
+  for text in ${LORA_TEXTS:-stream}; do
+    timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 --warmup 1 --text "${text}" \
+      --profile "${LORA_PROFILE:-0}" \
+      --variants "${LORA_VARIANTS:-peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac}" 2>&1 |
+      tee "${out}/bench_lora_${text}.log" | grep -v '^  [a-z0-9-]*: {' || status=1
+    mv "${out}/bench_lora.json" "${out}/bench_lora_${text}.json" || status=1
+  done
+fi
+if [[ " ${stages} " == *" bert "* ]]; then
+  timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_bert --steps 20 --warmup 6 --profile \
+    --variants "${BERT_VARIANTS:-hf,compiled,compiled_fp8native_cudagraphs_bf16res}" 2>&1 |
+    tee "${out}/bench_bert.log" | grep -v '^  [a-z0-9_:-]*: {' || status=1
+fi
+if [[ " ${stages} " == *" llama "* ]]; then
+  timeout "${STAGE_LIMIT:-590}" python3 -m torch.distributed.run --standalone --nproc_per_node=1 \
+    -m perf.bench_llama --layers "${LLAMA_LAYERS:-6}" --steps 6 --warmup 2 --profile \
+    --variants "${LLAMA_VARIANTS:-hf-bf16,ours-bf16,ours-fp8native}" 2>&1 |
+    tee "${out}/bench_llama.log" | grep -v '^  [a-z0-9_-]*: {' || status=1
 fi
 exit "${status}"

@@ -1,0 +1,59 @@
+"""perf/bench_lora.py and perf/curve_parity.py's LoRA part on the CPU: the rows each step trains on, the
+learning-rate schedule shared with the curve (issue 34), and both scripts' tiny runs with their parity
+verdicts."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from perf import bench_lora, curve_parity, text
+from training.llama.model import PRESETS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_stream_rows_are_the_excerpts_rows_in_order():
+    shape = PRESETS["70b"].replace(num_layers=1)
+    rows = bench_lora.Rows(shape, 256, torch.device("cpu"), 0, 1, "stream", ahead=2)
+    want = torch.from_numpy(text.rows(text.wiki_ids(), 3, 257))
+    for step in range(3):  # the two made ahead and one made on demand
+        tokens, labels = rows(step)
+        assert torch.equal(tokens[0], want[step, :-1]) and torch.equal(labels[0, 85:], want[step, 86:])
+        assert (labels[0, :85] == -100).all()  # the first third is not scored
+    args = type("Args", (), {"steps": 3, "seq": 256})()
+    curve = curve_parity.lora_batches(args, torch.device("cpu"))  # the curve trains the same rows
+    assert all(torch.equal(a, b) for i in range(3) for a, b in zip(rows(i), curve[i]))
+
+
+def test_fixed_rows_repeat_and_ranks_differ():
+    shape = PRESETS["70b"].replace(num_layers=1)
+    for source in ("row", "random"):
+        rows = bench_lora.Rows(shape, 128, torch.device("cpu"), 0, 2, source, ahead=4)
+        assert rows(0) is rows(3)
+    first, second = (bench_lora.Rows(shape, 128, torch.device("cpu"), r, 2, "stream", 1)(0) for r in (0, 1))
+    assert not torch.equal(first[0], second[0])
+
+
+def test_learning_rate_is_the_curves_warm_up():
+    assert [bench_lora.lr_at(i, 5) for i in range(8)] == [curve_parity.lr_at(i, 4e-4, 50) for i in range(8)]
+    assert bench_lora.lr_at(0, 5) < bench_lora.lr_at(4, 5) < bench_lora.lr_at(5, 5) == 4e-4
+    assert bench_lora.lr_at(7, 0) == 4e-4
+
+
+def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "perf.bench_lora", "--tiny", "--steps", "2", "--warmup", "1",
+         "--variants", "ours-bf16,peft-bf16"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads((tmp_path / "bench_lora.json").read_text())["runs"]
+    assert set(runs) == {"ours-bf16-ac-eager-torchdropout-sdpa", "ours-bf16", "peft-bf16"}
+    assert all(len(r["losses"]) == 4 for r in runs.values())  # compile, warm-up, 2 timed (no GPU memory step)
+    assert runs["ours-bf16"]["parity"]["ok"] and runs["peft-bf16"]["parity"]["ok"]
+    assert "| ours-bf16 |" in done.stdout and "ok (" in done.stdout
