@@ -2,8 +2,9 @@
 # Issue 23: the full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows)
-#   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with config_H200_1x8x1.sh adapted
-#           to the GPUs (GBS 8: MINIBS = 8 / GPUs), one run per precision in PRECISIONS (default "fp8 bf16"):
+#   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped H200 config of
+#           this GPU count (config_H200_1x8x1.sh, config_H200_1x4x2.sh: GBS 8 = MINIBS x GPUs; the recipe for
+#           another count: docs/custom_configs.md), one run per precision in PRECISIONS (default "fp8 bf16"):
 #           random base weights (INIT_CHECKPOINT=none: no 70B checkpoint on this machine), 8192-token rows made
 #           from the bundled excerpt (prepare_data.sh --sample: no GovReport here), evaluations after 8 steps
 #           and every 4 after (so tracked_stats are logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer
@@ -30,13 +31,21 @@ if [[ " ${stages} " == *" runner "* ]]; then
   ./input_preprocessing/llama2_70b_lora/prepare_data.sh --outputdir "${work}/lora" --sample --seq-len 8192 \
     --base-steps 0 > "${out}/lora_prepare.log" 2>&1
   for precision in ${PRECISIONS:-fp8 bf16}; do
-    config="${work}/config_H200_1x${gpus}x1_${precision}.sh"
+    shipped="config_H200_1x${gpus}x$((8 / gpus))"
+    [[ -f configs/llama2_70b_lora/${shipped}.sh ]] || {
+      echo "lora_gpu.sh: no configs/llama2_70b_lora/${shipped}.sh for ${gpus} GPUs (docs/custom_configs.md)" >&2
+      exit 1
+    }
+    config="${work}/${shipped}_${precision}.sh"  # the shipped config, then this short run's settings
     {
-      sed -e "s/DGXNGPU=8/DGXNGPU=${gpus}/" configs/llama2_70b_lora/config_H200_1x8x1.sh
-      echo "export MINIBS=$((8 / gpus)) PRECISION=${precision} INIT_CHECKPOINT=none CPU_DEMO=1"
+      echo "# shellcheck shell=bash"
+      echo "source $(pwd)/configs/llama2_70b_lora/${shipped}.sh"
+      echo "CONFIG_FILE=\$(readlink -f \"\${BASH_SOURCE[0]}\")"
+      echo "DGXSYSTEM=\$(basename \"\${CONFIG_FILE}\" .sh)"
+      echo "export CONFIG_FILE DGXSYSTEM=\${DGXSYSTEM#config_}"
+      echo "export PRECISION=${precision} INIT_CHECKPOINT=none CPU_DEMO=1"
       echo "export SKIP_EVALS=1 VAL_CHECK_INTERVAL=32 MAX_STEPS=12 WARMUP_TRAIN_STEPS=2 COMPILE=1 LOG_FREQ=1"
-      (( gpus >= 8 )) || echo "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-      (( gpus >= 8 )) || [[ ${precision} == fp8 ]] || echo "export ACL=64"
+      (( gpus >= 8 )) || [[ ${precision} == fp8 ]] || echo "export ACL=64  # the config's comment: BF16's"
       [[ -z ${OVERRIDES:-} ]] || echo "export ${OVERRIDES}"
     } > "${config}"
     name="lora_${precision}"
