@@ -121,3 +121,24 @@ def test_sigterm_is_written_as_interrupted(tmp_path):
     record = json.loads((tmp_path / "toy_1.outcome.json").read_text())
     assert record["status"] == "interrupted" and record["rank"] == 0 and record["time"] <= time.time()
     assert [p.name for p in tmp_path.iterdir()] == ["toy_1.outcome.json"]  # no temporary file left
+
+
+def test_a_torchrun_worker_skips_the_interpreters_teardown(tmp_path):
+    """A torchrun worker (LOCAL_RANK set) ends with its outcome's status once everything is written, without
+    the exit handlers and C++ destructors that have aborted converged ranks; what it printed is flushed."""
+    code = (
+        "import atexit, sys\n"
+        "from training.common import outcome\n"
+        "atexit.register(lambda: print('teardown ran', flush=True))\n"
+        "print('unflushed line', end='')\n"
+        "outcome.run(lambda: outcome.ended(True, 'converged'), 'toy')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    env.update(PYTHONPATH=str(ROOT), LOGDIR=str(tmp_path), RUN_TAG="toy_1")
+    for local_rank, teardown in (("0", False), (None, True)):
+        run_env = {**env, "LOCAL_RANK": local_rank} if local_rank else env
+        done = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("unflushed line") and ("teardown ran" in done.stdout) == teardown
+        assert outcome.read(tmp_path / "toy_1.log").status == "converged"

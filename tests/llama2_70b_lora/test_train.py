@@ -156,5 +156,6 @@ def test_shipped_configs_parse_and_fit_their_node(config):
     if cfg.is_cpu_demo:
         assert cfg.deviations(False) and cfg.target != 0.925
     else:
-        assert cfg.global_batch_size(8) == 8 and cfg.fp8 and cfg.deviations(True) == []
-        assert cfg.eval_steps(8) == (192, 48) and 0.0003 <= cfg.lr <= 0.0006
+        world = cfg.world_size()  # (8 GPUs, or 4 with MINIBS 2: the same global batch)
+        assert cfg.global_batch_size(world) == 8 and cfg.fp8 and cfg.deviations(True) == []
+        assert cfg.eval_steps(world) == (192, 48) and 0.0003 <= cfg.lr <= 0.0006
