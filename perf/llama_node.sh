@@ -9,13 +9,17 @@
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
 #   runner  perf/llama_gpu.sh SIZE=8b: the 8B trainer through run_with_docker.sh with config_H200_1x8x1_8b.sh
 #           adapted to the GPUs; its tracked_stats to set beside the bench's
-# Usage (repo root): OUT=/some/dir [STAGES="hf titan accum runner"] bash perf/llama_node.sh
+# PROFILE=N (default 0): the benches also print each variant's top GPU kernels (N of them in bench_throughput).
+# Usage (repo root): OUT=/some/dir [STAGES="hf titan accum runner"] [PROFILE=N] bash perf/llama_node.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 stages="${STAGES:-hf titan accum runner}"
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 run=(python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}")
+profile="${PROFILE:-0}"
+llama_profile=()
+(( profile == 0 )) || llama_profile=(--profile)
 status=0  # a failed stage is reported at the end; the later stages still run
 if [[ " ${stages} " == *" hf "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_llama --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
@@ -23,12 +27,12 @@ if [[ " ${stages} " == *" hf "* ]]; then
 fi
 if [[ " ${stages} " == *" titan "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_throughput --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
-    --peers ours,titan --steps 6 --warmup 2 2>&1 | tee "${out}/bench_throughput.log" || status=1
+    --peers ours,titan --steps 6 --warmup 2 --profile "${profile}" 2>&1 | tee "${out}/bench_throughput.log" || status=1
 fi
 if [[ " ${stages} " == *" accum "* ]]; then
   mkdir -p "${out}/accum"
   OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --variants ours-fp8native-keep --accum $((16 / gpus)) \
-    --steps 4 --warmup 1 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
+    --steps 4 --warmup 1 "${llama_profile[@]}" 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then
   OUT="${out}" SIZE=8b bash perf/llama_gpu.sh 2>&1 | tail -n 40 || status=1
