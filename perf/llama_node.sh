@@ -18,8 +18,9 @@ stages="${STAGES:-hf titan accum runner}"
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 run=(python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}")
 profile="${PROFILE:-0}"
+[[ ${profile} =~ ^[0-9]+$ ]] || { echo "llama_node.sh: PROFILE=${profile} is not a whole number" >&2; exit 2; }
 llama_profile=()
-(( profile == 0 )) || llama_profile=(--profile)
+[[ ${profile} == 0 ]] || llama_profile=(--profile)
 status=0  # a failed stage is reported at the end; the later stages still run
 if [[ " ${stages} " == *" hf "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_llama --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
