@@ -11,12 +11,11 @@ config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8
 both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
 fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
 --no-compile, AdamW with clipping at 1.0, float32 cross-entropy on rows of the bundled Wikipedia excerpt
-(`batches`; ours: the trainer's loss,
-compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless `-torchadamw`) with the clip folded into
-its kernel, and the loss averaged over ranks as the trainer logs it; HF: eager, as its own loss, torch's fused
-AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`: tensorwise, FP8
-all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP fused (`FusedFp8MLP`) unless
-`-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is
+(`batches`; ours: the trainer's loss, compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless
+`-torchadamw`) with the clip folded into its kernel, and the loss averaged over ranks as the trainer logs it;
+HF: eager, as its own loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is
+torchao float8 (`fp8`: tensorwise, FP8 all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP
+fused (`FusedFp8MLP`) unless `-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
 the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
@@ -45,7 +44,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf import parity
+from perf import curve_parity, parity
 from perf.timing import matmul_peak, print_profile, time_steps, versions
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import optim, parallel
@@ -220,13 +219,11 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
 
 
 def lr_at(step: int) -> float:
-    """The learning rate of step `step`: `perf/curve_parity.py llama`'s schedule (3e-5 after 10 warm-up steps,
-    cosine over 50). At a constant 1e-4 from random weights the 4-block 8B went 12.6 -> 20.4 in three steps
-    (H100, 2026-11-27), a chaotic stretch where per-step loss parity measures nothing."""
-    from perf.curve_parity import LLAMA_LR
-    from training.llama.optim import cosine_with_warmup
-
-    return cosine_with_warmup(step, LLAMA_LR, 10, 50, LLAMA_LR / 10)
+    """The learning rate of step `step`: `perf/curve_parity.py llama`'s schedule (`curve_parity.lr_at`: 3e-5
+    after 10 warm-up steps, cosine over 50). At a constant 1e-4 from random weights the 4-block 8B went
+    12.6 -> 20.4 in three steps (H100, 2026-11-27), a chaotic stretch where per-step loss parity measures
+    nothing."""
+    return curve_parity.lr_at(step, curve_parity.LLAMA_LR, 50, 10)
 
 
 def batches(shape, args, device, count: int = 32) -> list[torch.Tensor]:

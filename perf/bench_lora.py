@@ -62,7 +62,7 @@ from pathlib import Path
 
 import torch
 
-from perf import parity
+from perf import curve_parity, parity
 from perf.timing import matmul_peak, print_profile, time_steps, versions
 from training.llama import parallel
 from training.llama.model import PRESETS, LlamaShape, cross_entropy
@@ -113,15 +113,13 @@ class Rows:
 
 
 def lr_at(step: int, warmup: int) -> float:
-    """The learning rate of step `step`: MLPerf's 4e-4, after `warmup` steps of linear warm-up (then a cosine
-    over 50 steps): `perf/curve_parity.py lora --lora-warmup 5`'s schedule, on the same rows, so the bench's
-    first steps are that curve's. MLPerf's recipe has no warm-up, but from random weights at 20 blocks a
-    constant 4e-4 throws every implementation (peft's too) into one spike at step 5 (12 -> 16.4) where two
-    runs of the same code part by several percent: per-step loss parity measures nothing there
-    (perf/RESULTS.md, 2026-11-27). `warmup` 0: a constant 4e-4."""
-    from training.llama.optim import cosine_with_warmup
-
-    return cosine_with_warmup(step, 4e-4, warmup, 50, 4e-5) if warmup > 0 else 4e-4
+    """The learning rate of step `step`: MLPerf's 4e-4 after `warmup` warm-up steps, then a cosine over
+    50 steps, `perf/curve_parity.py lora --lora-warmup 5`'s schedule (`curve_parity.lr_at`), on the same
+    rows, so the bench's first steps are that curve's. MLPerf's recipe has no warm-up, but from random
+    weights at 20 blocks a constant 4e-4 throws every implementation (peft's too) into one spike at step 5
+    (12 -> 16.4) where two runs of the same code part by several percent: per-step loss parity measures
+    nothing there (perf/RESULTS.md, 2026-11-27). `warmup` 0: a constant 4e-4."""
+    return curve_parity.lr_at(step, 4e-4, 50, warmup) if warmup > 0 else 4e-4
 
 
 def steps_run(args) -> int:

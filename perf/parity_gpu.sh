@@ -6,7 +6,7 @@
 #   curves    perf/curve_parity.py: ours against Hugging Face (+ peft), 50 steps, bf16 and FP8 (CURVE_PARTS)
 #   converge  python -m training.convergence for each benchmark's fastest mode, SEEDS seeds (CONVERGE)
 #   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug), once
-#             per row source in LORA_TEXTS (random: random ids, as the speed rows; wiki: the bundled excerpt)
+#             per row source in LORA_TEXTS (its --text: stream, the default; row; random), LORA_PROFILE kernels
 #   bert      perf/bench_bert.py with loss parity, BERT_VARIANTS, and the top GPU kernels of each (--profile)
 #   llama     perf/bench_llama.py with loss parity at LLAMA_LAYERS blocks of the 8B, LLAMA_VARIANTS, profiled
 # Each bench stage stops after STAGE_LIMIT seconds (default 590), so that a slow one leaves time to the next.
@@ -43,8 +43,8 @@ if [[ " ${stages} " == *" converge "* ]]; then
 fi
 if [[ " ${stages} " == *" lora "* ]]; then
   for text in ${LORA_TEXTS:-stream}; do
-    timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 --warmup 1 --text "${text}" \
-      --profile "${LORA_PROFILE:-0}" \
+    timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 \
+      --warmup 1 --text "${text}" --profile "${LORA_PROFILE:-0}" \
       --variants "${LORA_VARIANTS:-peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac}" 2>&1 |
       tee "${out}/bench_lora_${text}.log" | grep -v '^  [a-z0-9-]*: {' || status=1
     mv "${out}/bench_lora.json" "${out}/bench_lora_${text}.json" || status=1
