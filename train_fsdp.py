@@ -23,4 +23,6 @@ if __name__ == "__main__":
         from training.throughput.suite import main
     else:
         from training.throughput.run import main
-    sys.exit(main(sys.argv[2:] if sys.argv[1:2] == ["--suite"] else sys.argv[1:]))
+    from training.common.outcome import exit_process  # (a torchrun worker skips the interpreter's teardown)
+
+    exit_process(main(sys.argv[2:] if sys.argv[1:2] == ["--suite"] else sys.argv[1:]))

@@ -150,16 +150,18 @@ def run(main: Callable[[], Outcome], prog: str) -> NoReturn:
         print(f"{prog}: {outcome.describe()}", file=sys.stderr, flush=True)
     if env.get("LOGDIR") and env.get("RUN_TAG") and (rank == 0 or raised):
         write(outcome_path(env["LOGDIR"], env["RUN_TAG"], rank), outcome, rank)
-    if "LOCAL_RANK" in env:  # a torchrun worker: everything is written, skip the interpreter's teardown
-        _exit_now(outcome.code)
-    sys.exit(outcome.code)
+    exit_process(outcome.code)
 
 
-def _exit_now(code: int) -> NoReturn:
-    """Flush what Python buffers, then end the process without running exit handlers and C++ static
-    destructors: in a torchrun worker those have aborted a rank of a converged run after its process group
-    was destroyed ("terminate called without an active exception", SIGABRT, so torchrun reported a failure:
-    BERT over two SLURM nodes with gloo, `tests/slurm/test_slurm_cluster.py`, twice)."""
+def exit_process(code: int) -> NoReturn:
+    """End an entry point with `code`. A torchrun worker (LOCAL_RANK set), whose results are all written:
+    flush what Python buffers, then end without running exit handlers and C++ static destructors, which have
+    aborted ranks of finished runs after their process group was destroyed ("terminate called without an
+    active exception", SIGABRT, so torchrun reported a failure: BERT over two SLURM nodes with gloo,
+    `tests/slurm/test_slurm_cluster.py`, twice; the throughput suite's two-process FP8 run,
+    `tests/throughput/test_command.py`, once). Anything else: `sys.exit`."""
+    if "LOCAL_RANK" not in os.environ:
+        sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

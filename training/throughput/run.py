@@ -361,4 +361,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from training.common.outcome import exit_process
+
+    exit_process(main(sys.argv[1:]))
