@@ -86,7 +86,7 @@ def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw"}
+    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw", "synceach"}
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
@@ -145,7 +145,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     # its clip, folded into the fused AdamW); the peer: what a user of Hugging Face's model writes, its
     # float32 cross-entropy and torch's clip_grad_norm_
     loss_fn = compiled_cross_entropy if compiled else cross_entropy
-    trainer_step = Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8)
+    trainer_step = Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,
+                        sync_each_micro_batch="synceach" in modes)  # fmt: skip
 
     def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(b[:, :-1], b[:, 1:]) for b in (next(it) for _ in range(args.accum))]
@@ -158,7 +159,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         total = 0.0
         for micro, (tokens, labels) in enumerate(micro_batches()):  # FSDP2 reduce-scatters after the last
             if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(micro == args.accum - 1)
+                model.set_requires_gradient_sync("synceach" in modes or micro == args.accum - 1)
             with autocast, fp8.forward_context():
                 loss = cross_entropy(model(input_ids=tokens, use_cache=False).logits, labels)
             (loss / args.accum).backward()
@@ -180,12 +181,10 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     first_step_s = time.perf_counter() - t0
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
-    if args.profile and device.type == "cuda" and dist.get_rank() == 0:
-        print(f"{variant}, rank 0:")
-        print_profile(step, steps=2, top=30)
-    elif args.profile and device.type == "cuda":
-        for _ in range(2):  # the other ranks step along with rank 0's profiled steps
-            step()
+    if args.profile:
+        if dist.get_rank() == 0:
+            print(f"{variant}, rank 0:")
+        print_profile(step, steps=2, top=30, show=dist.get_rank() == 0)
     peak = torch.tensor(
         torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
     )
@@ -244,10 +243,13 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather], comma-separated "
+        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach], "
+        "comma-separated "
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
         "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
-        "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch)",
+        "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch; "
+        "synceach: with --accum, gradients reduce-scattered after every micro-batch, "
+        "REDUCE_EACH_MICRO_BATCH=1)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -266,7 +268,9 @@ def main() -> int:
     ap.add_argument(
         "--tiny", action="store_true", help="a 2-layer toy model (smoke test; runs on CPU with gloo)"
     )
-    ap.add_argument("--profile", action="store_true", help="print rank 0's top GPU kernels per variant")
+    ap.add_argument(
+        "--profile", action="store_true", help="print rank 0's top GPU kernels (CPU: operators) per variant"
+    )
     ap.add_argument("--reference", default="ours-bf16-eager-torchadamw",
                     help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()

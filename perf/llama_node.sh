@@ -7,6 +7,9 @@
 #   titan   perf/bench_throughput.py --layers 32: ours against torchtitan's Llama 3.1 8B in BF16 and FP8 (its
 #           float8), same shape, both resharding after forward (torchtitan's default)
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
+#           (ACCUM_VARIANTS, default ours-fp8native-keep; ACCUM_REFERENCE, the parity reference, default the
+#           bench's; on 80 GB cards add -synceach to both: the float32 gradients held between micro-batches
+#           and the kept blocks do not fit there)
 #   runner  perf/llama_gpu.sh SIZE=8b: the 8B trainer through run_with_docker.sh with config_H200_1x8x1_8b.sh
 #           adapted to the GPUs; its tracked_stats to set beside the bench's
 # PROFILE=N (default 0): the benches also print each variant's top GPU kernels (N of them in bench_throughput).
@@ -32,7 +35,8 @@ if [[ " ${stages} " == *" titan "* ]]; then
 fi
 if [[ " ${stages} " == *" accum "* ]]; then
   mkdir -p "${out}/accum"
-  OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --variants ours-fp8native-keep --accum $((16 / gpus)) \
+  OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --variants "${ACCUM_VARIANTS:-ours-fp8native-keep}" --accum $((16 / gpus)) \
+    ${ACCUM_REFERENCE:+--reference "${ACCUM_REFERENCE}"} \
     --steps 4 --warmup 1 "${llama_profile[@]}" 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 23: the full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
-#           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows)
+#           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
+#           BENCH_STEPS timed steps, PROFILE=N: each variant's top N GPU kernels, BENCH_REFERENCE: the loss
+#           parity reference, default the bench's own, eager bf16, which at 80 blocks takes minutes a step)
 #   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped H200 config of
 #           this GPU count (config_H200_1x8x1.sh, config_H200_1x4x2.sh: GBS 8 = MINIBS x GPUs; the recipe for
 #           another count: docs/custom_configs.md), one run per precision in PRECISIONS (default "fp8 bf16"):
@@ -16,6 +18,7 @@
 # Usage (repo root): OUT=/some/dir [STAGES="peer runner"] [PRECISIONS="fp8 bf16"] bash perf/lora_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
+[[ ${PROFILE:-0} =~ ^[0-9]+$ ]] || { echo "lora_gpu.sh: PROFILE=${PROFILE} is not a whole number" >&2; exit 2; }
 export PYTHONUNBUFFERED=1
 stages="${STAGES:-peer runner}"
 work="$(mktemp -d)"
@@ -24,7 +27,8 @@ gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
   OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 \
-    --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 2>&1 |
+    --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 --profile "${PROFILE:-0}" \
+    ${BENCH_REFERENCE:+--reference "${BENCH_REFERENCE}"} 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then

@@ -48,18 +48,26 @@ def matmul_peak(device: torch.device) -> float | None:
     return 2 * 8192**3 / ms / 1e9
 
 
-def print_profile(step_fn, steps: int = 3, top: int = 25) -> None:
-    """GPU kernel time per step, largest first (torch.profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+def print_profile(step_fn, steps: int = 3, top: int = 25, show: bool = True) -> None:
+    """GPU kernel time per step, largest first (torch.profiler; without a GPU, the CPU operators' own time).
+    Under torchrun every rank must call it, since the steps it runs hold collectives (a rank that sat them
+    out left the others waiting forever: the 80-block LoRA bench on 4 GPUs, 2026-11-27); `show` picks the
+    rank that prints."""
+    gpu = torch.cuda.is_available()
+    activity = torch.profiler.ProfilerActivity.CUDA if gpu else torch.profiler.ProfilerActivity.CPU
+    with torch.profiler.profile(activities=[activity]) as prof:
         for _ in range(steps):
             step_fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
-    events.sort(key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in events) / steps / 1e3
-    print(f"profile: {total:.1f} ms of GPU kernels per step")
+        if gpu:
+            torch.cuda.synchronize()
+    if not show:
+        return
+    time_of = (lambda e: e.device_time_total) if gpu else (lambda e: e.self_cpu_time_total)
+    events = sorted((e for e in prof.key_averages() if time_of(e) > 0), key=time_of, reverse=True)
+    total = sum(time_of(e) for e in events) / steps / 1e3
+    print(f"profile: {total:.1f} ms of {'GPU kernels' if gpu else 'CPU operators'} per step")
     for e in events[:top]:
-        print(f"  {e.device_time_total / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
+        print(f"  {time_of(e) / steps / 1e3:7.2f} ms  x{e.count // steps:<5} {e.key[:110]}")
 
 
 def versions() -> dict:

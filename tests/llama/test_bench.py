@@ -34,27 +34,31 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         "--accum",
         "2",
         "--variants",
-        "ours-bf16,hf-bf16,ours-fp8,ours-fp8native,ours-bf16-keep",
+        "ours-bf16,hf-bf16,ours-fp8,ours-fp8native,ours-bf16-keep,ours-bf16-synceach",
+        "--profile",
     ]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env=subprocess_env(OUT=str(tmp_path)), timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_llama.json").read_text())
-    ours, hf, keep = (result["runs"][v] for v in ("ours-bf16", "hf-bf16", "ours-bf16-keep"))
+    ours, hf, keep, each = (result["runs"][v] for v in ("ours-bf16", "hf-bf16", "ours-bf16-keep",
+                                                         "ours-bf16-synceach"))  # fmt: skip
     assert (
         result["world_size"] == 2
         and result["accum"] == 2
         and "6 x N x seq + 6 x seq^2 x hidden x layers" in result["flops_formula"]
     )
-    for r in (ours, hf, keep):
+    for r in (ours, hf, keep, each):
         assert r["tokens_per_s_per_gpu"] > 0 and r["model_tflops_per_gpu"] > 0
         assert 5.5 < r["first_loss"] < 7.0  # ~ln(512) from a random init on random tokens
         assert r["first_loss"] == pytest.approx(hf["first_loss"], rel=1e-5)  # the same weights and batch
-        assert r["parity"]["ok"] and len(r["losses"]) == 1 + 1 + 2  # compile + warm-up + timed
+        assert r["parity"]["ok"] and len(r["losses"]) == 1 + 1 + 2 + 2  # compile, warm-up, timed, profiled
+    assert each["losses"] == pytest.approx(ours["losses"], rel=1e-5)  # a reduction per micro-batch: same
     assert result["runs"]["ours-fp8"] == {"skipped": "torchao's FP8 needs a GPU"}
     assert result["runs"]["ours-fp8native"]["parity"]["tolerance"] == 0.05
-    table = proc.stdout.rstrip().splitlines()[-6:]  # the table comes last, the reference first
+    table = proc.stdout.rstrip().splitlines()[-7:]  # the table comes last, the reference first
     assert table[0].startswith("| ours-bf16-eager-torchadamw |") and "reference (not degenerate)" in table[0]
-    assert table[-1].startswith("| ours-bf16-keep |")
-    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \| ok \(", table[-1]), table[-1]  # vs HF bf16, twice
+    assert table[-2].startswith("| ours-bf16-keep |") and table[-1].startswith("| ours-bf16-synceach |")
+    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \| ok \(", table[-2]), table[-2]  # vs HF bf16, twice
+    assert proc.stdout.count("ms of CPU operators per step") == 6  # --profile: rank 0's, once a variant

@@ -37,12 +37,17 @@ def reference():
 
 
 @pytest.mark.parametrize(
-    "dp, tp, accum, reshard",
-    [(2, 1, 2, "1"), (2, 1, 2, "0"), (1, 2, 1, "1"), (2, 2, 2, "1")],
-    ids=["fsdp2-dp2-accum2", "fsdp2-dp2-accum2-kept-gathered", "tp2", "fsdp2-dp2-x-tp2"],
-)
-def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum, reshard):
-    result = torch.load(run_worker(tmp_path, dp, tp, accum, RESHARD_AFTER_FORWARD=reshard))
+    "dp, tp, accum, reshard, reduce_each",
+    [(2, 1, 2, "1", "0"), (2, 1, 2, "0", "0"), (2, 1, 2, "1", "1"), (1, 2, 1, "1", "0"), (2, 2, 2, "1", "0")],
+    ids=["fsdp2-dp2-accum2", "fsdp2-dp2-accum2-kept-gathered", "fsdp2-dp2-accum2-reduce-each", "tp2",
+         "fsdp2-dp2-x-tp2"],
+)  # fmt: skip
+def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum, reshard,
+                                                     reduce_each):  # fmt: skip
+    """REDUCE_EACH_MICRO_BATCH=1 (the 8B on 80 GB cards) reduce-scatters after each micro-batch: the same
+    training as one reduction a step."""
+    result = torch.load(run_worker(tmp_path, dp, tp, accum, RESHARD_AFTER_FORWARD=reshard,
+                                   REDUCE_EACH_MICRO_BATCH=reduce_each))  # fmt: skip
     ref_losses, ref_state = reference
     assert result["described"][1 if tp > 1 else 2] != "off"  # [pipeline, tensor parallel, FSDP]
     assert ("kept gathered" in result["described"][2]) == (reshard == "0")

@@ -57,3 +57,20 @@ def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
     assert all(len(r["losses"]) == 4 for r in runs.values())  # compile, warm-up, 2 timed (no GPU memory step)
     assert runs["ours-bf16"]["parity"]["ok"] and runs["peft-bf16"]["parity"]["ok"]
     assert "| ours-bf16 |" in done.stdout and "ok (" in done.stdout
+
+
+def test_two_process_profile_runs_on_every_rank(tmp_path):
+    """`--profile` under torchrun: every rank runs the profiled steps (their FSDP2 collectives need all
+    ranks); rank 0 alone prints. Before, rank 0 profiled alone and waited forever for the others (the
+    80-block bench on 4 GPUs, 2026-11-27): this run would hang until the timeout."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "perf.bench_lora", "--tiny", "--steps", "1", "--warmup", "0", "--profile", "3",
+         "--variants", "ours-bf16", "--reference", "none"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("ms of CPU operators per step") == 1, done.stdout[-2000:]
+    run = json.loads((tmp_path / "bench_lora.json").read_text())["runs"]["ours-bf16"]
+    assert len(run["losses"]) == 1 + 1 + 2  # compile, timed, profiled (no warm-up, no GPU memory step)

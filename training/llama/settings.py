@@ -23,6 +23,12 @@ class LlamaRunSettings(RunSettings):
     reshard_after_forward: bool = var(
         "RESHARD_AFTER_FORWARD", True, help="0: FSDP2 keeps every block gathered from forward to backward"
     )
+    reduce_each_micro_batch: bool = var(
+        "REDUCE_EACH_MICRO_BATCH",
+        False,
+        help="1: FSDP2 reduce-scatters the gradients after every micro-batch, not once a step (no unsharded "
+        "float32 gradients of the whole model held between micro-batches: 32 GB for the 8B)",
+    )
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8 (native, torchao)"
     )

@@ -56,14 +56,15 @@ class Step:
 
 def trainer_step(model: nn.Module, optimizer: torch.optim.Optimizer, layout: parallel.Parallelism,
                  device: torch.device, mesh, precision: str, data_parallel: str, *, compiled: bool, fp8: Fp8,
-                 clip_norm: float) -> Step:  # fmt: skip
+                 clip_norm: float, sync_each_micro_batch: bool = False) -> Step:  # fmt: skip
     """The Step of the Llama trainers: the compiled loss with COMPILE=1; bf16 (PRECISION bf16 or fp8, as
-    resolved) through autocast where FSDP holds no bf16 parameters (`data_parallel` "off": one process)."""
+    resolved) through autocast where FSDP holds no bf16 parameters (`data_parallel` "off": one process);
+    `sync_each_micro_batch`: REDUCE_EACH_MICRO_BATCH."""
     bf16_autocast = param_dtype(precision) == torch.bfloat16 and data_parallel == "off"
     autocast = torch.autocast(device.type, torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
     loss_fn = compiled_cross_entropy if compiled else cross_entropy
     return Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,
-                clip_norm=clip_norm)  # fmt: skip
+                clip_norm=clip_norm, sync_each_micro_batch=sync_each_micro_batch)  # fmt: skip
 
 
 def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

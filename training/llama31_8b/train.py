@@ -59,7 +59,8 @@ def main() -> outcome.Outcome:
               "optimizer": f"AdamW ({impl})"}  # fmt: skip
     run.log_backends(chosen)
     step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
-                        compiled=cfg.compile, fp8=fp8, clip_norm=GRAD_CLIP_NORM)  # fmt: skip
+                        compiled=cfg.compile, fp8=fp8, clip_norm=GRAD_CLIP_NORM,
+                        sync_each_micro_batch=cfg.reduce_each_micro_batch)  # fmt: skip
     run.write_config({"parallelism": vars(par), "backends": chosen, "deviations": cfg.deviations(),
                       "model_shape": str(shape)})  # fmt: skip
     warm_up(step, cfg.synthetic_warmup_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
