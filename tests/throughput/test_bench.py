@@ -14,7 +14,7 @@ def test_bench_tiny_runs_and_writes_json(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "perf.bench_throughput", "--tiny", "--steps", "2", "--warmup", "1",
            "--no-compile", "--rows", "llama8b-bf16,llama8b-fp8,mistral-bf16",
-           "--profile", "2"]  # fmt: skip (the profiled steps on both ranks: they hold collectives)
+           "--profile", "2"]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**env(), "OUT": str(tmp_path)}, timeout=600
     )
