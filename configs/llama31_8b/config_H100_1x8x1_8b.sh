@@ -1,0 +1,20 @@
+# shellcheck shell=bash
+# NVIDIA-style Llama 3.1 8B values for 1 node x 8 H100 80 GB: config_H200_1x8x1_8b.sh's recipe (GBS 16, LR 4e-4,
+# 16 warm-up steps; micro-batch 1, 2 accumulation steps) with the memory settings of an 80 GB card.
+# Memory, measured on 4 x H100 (perf/RESULTS.md, 2026-11-27: GBS 16 as 4 micro-batches a GPU, native FP8):
+# holding the float32 gradients of the whole model between micro-batches (one reduce-scatter a step, as on
+# H200) ran out of memory, and so did keeping the blocks gathered; reducing after every micro-batch
+# (REDUCE_EACH_MICRO_BATCH=1) ran at 12,119-12,339 tokens/s per GPU, 74.2 GiB peak. On 8 GPUs (derived, not
+# run): the sharded float32 weights, gradients and AdamW state (16 bytes x 8.0e9 = 128 GB) take 16 GB a GPU
+# instead of 32, so the peak is about 58 GiB; the whole model's float32 gradients held between the two
+# micro-batches would add 32 GB (90 GiB: does not fit), the blocks kept gathered 16 GB (about 74 GiB of 79:
+# not kept without a measurement).
+# Source it, then: export CONT=... DATADIR=/data/mlperf_llama31_8b/data LOGDIR=./results NEXP=10
+# and bash run_with_docker.sh
+# shellcheck source-path=SCRIPTDIR source=config_H200_1x8x1_8b.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/config_H200_1x8x1_8b.sh"
+CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
+DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
+export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
+export RESHARD_AFTER_FORWARD=1 REDUCE_EACH_MICRO_BATCH=1
+export MLPERF_SUBMISSION_PLATFORM=H100
