@@ -3,7 +3,8 @@
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
 #           BENCH_STEPS timed steps, PROFILE=N: each variant's top N GPU kernels, BENCH_REFERENCE: the loss
-#           parity reference, default the bench's own, eager bf16, which at 80 blocks takes minutes a step)
+#           parity reference, by default the peer, which runs anyway: the bench's own, eager bf16 without
+#           compile, took minutes a step at 80 blocks on 4 x H100)
 #   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped H200 config of
 #           this GPU count (config_H200_1x8x1.sh, config_H200_1x4x2.sh: GBS 8 = MINIBS x GPUs; the recipe for
 #           another count: docs/custom_configs.md), one run per precision in PRECISIONS (default "fp8 bf16"):
@@ -28,7 +29,7 @@ status=0
 if [[ " ${stages} " == *" peer "* ]]; then
   OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 \
     --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 --profile "${PROFILE:-0}" \
-    ${BENCH_REFERENCE:+--reference "${BENCH_REFERENCE}"} 2>&1 |
+    --reference "${BENCH_REFERENCE:-peft-bf16-ac}" 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then
