@@ -4,7 +4,7 @@
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
 #           BENCH_STEPS timed steps, PROFILE=N: each variant's top N GPU kernels, BENCH_REFERENCE: the loss
 #           parity reference, by default the peer, which runs anyway: the bench's own, eager bf16 without
-#           compile, took minutes a step at 80 blocks on 4 x H100)
+#           compile, is one more slow 80-block variant)
 #   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped H200 config of
 #           this GPU count (config_H200_1x8x1.sh, config_H200_1x4x2.sh: GBS 8 = MINIBS x GPUs; the recipe for
 #           another count: docs/custom_configs.md), one run per precision in PRECISIONS (default "fp8 bf16"):
