@@ -27,7 +27,8 @@ class LlamaRunSettings(RunSettings):
         "REDUCE_EACH_MICRO_BATCH",
         False,
         help="1: FSDP2 reduce-scatters the gradients after every micro-batch, not once a step (no unsharded "
-        "float32 gradients of the whole model held between micro-batches: 32 GB for the 8B)",
+        "float32 gradients of the whole model held between micro-batches: 32 GB for the 8B; LoRA's are the "
+        "adapters' only)",
     )
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8 (native, torchao)"

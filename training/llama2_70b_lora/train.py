@@ -52,7 +52,8 @@ def main() -> outcome.Outcome:
               "optimizer": f"AdamW ({impl}), the adapters only"}  # fmt: skip
     run.log_backends(chosen)
     step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
-                        compiled=cfg.compile, fp8=fp8, clip_norm=cfg.clip_norm)  # fmt: skip
+                        compiled=cfg.compile, fp8=fp8, clip_norm=cfg.clip_norm,
+                        sync_each_micro_batch=cfg.reduce_each_micro_batch)  # fmt: skip
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
     run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,
