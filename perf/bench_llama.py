@@ -182,9 +182,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile:
-        if dist.get_rank() == 0:
-            print(f"{variant}, rank 0:")
-        print_profile(step, steps=2, top=30, show=dist.get_rank() == 0)
+        print_profile(step, steps=2, top=30, show=dist.get_rank() == 0, title=f"{variant}, rank 0:")
     peak = torch.tensor(
         torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
     )

@@ -266,9 +266,7 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
         info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
     times = time_steps(run, args.warmup, args.steps, device)
     if args.profile:  # (every rank runs the profiled steps: they hold FSDP's collectives)
-        if rank_of(mesh) == 0:
-            print(f"{variant}:")
-        print_profile(run, steps=2, top=args.profile, show=rank_of(mesh) == 0)
+        print_profile(run, steps=2, top=args.profile, show=rank_of(mesh) == 0, title=f"{variant}:")
     ms = statistics.median(times)
     tokens_per_s = seq / ms * 1e3
     flops = shape.lora_flops_per_token(seq, info["adapters"])

@@ -230,9 +230,7 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
     times = time_steps(step, args.warmup, args.steps, device)
     step()
     if args.profile:
-        if dist.get_rank() == 0:
-            print(f"{row}:{variant}:")
-        print_profile(step, steps=2, top=args.profile, show=dist.get_rank() == 0)
+        print_profile(step, steps=2, top=args.profile, show=dist.get_rank() == 0, title=f"{row}:{variant}:")
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
     peak = torch.tensor(peak, device=device)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)

@@ -48,11 +48,11 @@ def matmul_peak(device: torch.device) -> float | None:
     return 2 * 8192**3 / ms / 1e9
 
 
-def print_profile(step_fn, steps: int = 3, top: int = 25, show: bool = True) -> None:
-    """GPU kernel time per step, largest first (torch.profiler; without a GPU, the CPU operators' own time).
-    Under torchrun every rank must call it, since the steps it runs hold collectives (a rank that sat them
-    out left the others waiting forever: the 80-block LoRA bench on 4 GPUs, 2026-11-27); `show` picks the
-    rank that prints."""
+def print_profile(step_fn, steps: int = 3, top: int = 25, show: bool = True, title: str = "") -> None:
+    """GPU kernel time per step, largest first (torch.profiler; without a GPU, the CPU operators' own time),
+    under `title`. Under torchrun every rank must call it, since the steps it runs hold collectives (a rank
+    that sat them out left the others waiting forever: the 80-block LoRA bench on 4 GPUs, 2026-11-27); `show`
+    picks the rank that prints."""
     gpu = torch.cuda.is_available()
     activity = torch.profiler.ProfilerActivity.CUDA if gpu else torch.profiler.ProfilerActivity.CPU
     with torch.profiler.profile(activities=[activity]) as prof:
@@ -62,6 +62,8 @@ def print_profile(step_fn, steps: int = 3, top: int = 25, show: bool = True) -> 
             torch.cuda.synchronize()
     if not show:
         return
+    if title:
+        print(title)
     time_of = (lambda e: e.device_time_total) if gpu else (lambda e: e.self_cpu_time_total)
     events = sorted((e for e in prof.key_averages() if time_of(e) > 0), key=time_of, reverse=True)
     total = sum(time_of(e) for e in events) / steps / 1e3

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from training.common.outcome import exit_process  # noqa: E402
 from training.fp8 import Fp8, Fp8Settings  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
 from training.llama.model import Llama, LlamaShape  # noqa: E402
@@ -160,6 +161,4 @@ if __name__ == "__main__":
     # Results are written and every rank has passed the barrier. Skip the interpreter's teardown: gloo's
     # worker threads can still be joinable then, and on a loaded 2-core CI machine one rank once aborted
     # there ("terminate called without an active exception"), failing a run whose results were complete.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_process(0)
