@@ -2,17 +2,21 @@
 # Issue 23: the full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
-#           BENCH_STEPS timed steps, PROFILE=N: each variant's top N GPU kernels, BENCH_REFERENCE: the loss
-#           parity reference, by default the peer, which runs anyway: the bench's own, eager bf16 without
-#           compile, is one more slow 80-block variant)
-#   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped H200 config of
-#           this GPU count (config_H200_1x8x1.sh, config_H200_1x4x2.sh: GBS 8 = MINIBS x GPUs; the recipe for
-#           another count: docs/custom_configs.md), one run per precision in PRECISIONS (default "fp8 bf16"):
-#           random base weights (INIT_CHECKPOINT=none: no 70B checkpoint on this machine), 8192-token rows made
-#           from the bundled excerpt (prepare_data.sh --sample: no GovReport here), evaluations after 8 steps
-#           and every 4 after (so tracked_stats are logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer
-#           than 8 GPUs BF16 recomputes the first 64 blocks (ACL=64: its 40 ran out of memory on 4 x H200; native
-#           FP8 runs the config's 40: 2,101 tokens/s/GPU there, 30 ran out of memory).
+#           BENCH_STEPS timed steps, BENCH_LR_WARMUP the learning-rate warm-up, bench_lora.lr_at's 5 by
+#           default, PROFILE=N: each variant's top N GPU kernels). The loss parity reference, BENCH_REFERENCE, is
+#           by default ours in bf16, compiled, full recompute: the same adapters as our FP8 (peft's are other
+#           parameters: q, k and v each with its own A), so it tracks FP8 through the step-5 spike that a random
+#           80-block base takes at 4e-4 (0.25% on 4 x H100, where peft's run ended 10% apart from ours in bf16
+#           and FP8 alike); the bench's own default, eager bf16, is the slowest variant at 80 blocks.
+#   runner  the trainer through run_with_docker.sh (CONTAINER_RUNTIME=none) with the shipped config of this
+#           GPU (H100 when torch names one, else H200; SYSTEM=H200 to choose) and count (config_H200_1x8x1.sh,
+#           config_H100_1x4x2.sh, ...: GBS 8 = MINIBS x GPUs; another: docs/custom_configs.md), one run per
+#           precision in PRECISIONS (default "fp8 bf16"): random base weights (INIT_CHECKPOINT=none: no 70B
+#           checkpoint on this machine), 8192-token rows of one example each made from the bundled excerpt
+#           (prepare_data.sh --sample --one-per-row: GovReport's layout, not here), evaluations after 8 steps and every 4 after (so tracked_stats are
+#           logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer than 8 H200s BF16 recomputes the first
+#           64 blocks (ACL=64: its 40 ran out of memory on 4 x H200; native FP8 runs the config's 40: 2,101
+#           tokens/s/GPU there, 30 ran out of memory); on H100 both run the config's ACL.
 # Prints the tracked_stats of each run beside the peer and a projected time to train on 8 GPUs (the RCP's
 # mean samples to converge over the per-GPU throughput x 8, plus the evaluations on 173 rows at the measured
 # evaluation speed). OVERRIDES="VAR=value ..." are appended to the config. Host tunables are not touched.
@@ -24,21 +28,23 @@ export PYTHONUNBUFFERED=1
 stages="${STAGES:-peer runner}"
 work="$(mktemp -d)"
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+system="${SYSTEM:-$(python3 -c 'import torch; print("H100" if "H100" in torch.cuda.get_device_name() else "H200")')}"
 (( gpus >= 1 && 8 % gpus == 0 )) || { echo "lora_gpu.sh: ${gpus} GPUs do not divide GBS 8" >&2; exit 1; }
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
   OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 \
     --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 --profile "${PROFILE:-0}" \
-    --reference "${BENCH_REFERENCE:-peft-bf16-ac}" 2>&1 |
+    --lr-warmup "${BENCH_LR_WARMUP:-5}" \
+    --reference "${BENCH_REFERENCE:-ours-bf16-ac}" 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then
-  ./input_preprocessing/llama2_70b_lora/prepare_data.sh --outputdir "${work}/lora" --sample --seq-len 8192 \
-    --base-steps 0 > "${out}/lora_prepare.log" 2>&1
+  ./input_preprocessing/llama2_70b_lora/prepare_data.sh --outputdir "${work}/lora" --sample --one-per-row \
+    --seq-len 8192 --base-steps 0 > "${out}/lora_prepare.log" 2>&1
   for precision in ${PRECISIONS:-fp8 bf16}; do
-    shipped="config_H200_1x${gpus}x$((8 / gpus))"
+    shipped="config_${system}_1x${gpus}x$((8 / gpus))"
     [[ -f configs/llama2_70b_lora/${shipped}.sh ]] || {
-      echo "lora_gpu.sh: no configs/llama2_70b_lora/${shipped}.sh for ${gpus} GPUs (docs/custom_configs.md)" >&2
+      echo "lora_gpu.sh: no configs/llama2_70b_lora/${shipped}.sh for ${gpus} x ${system} (docs/custom_configs.md)" >&2
       exit 1
     }
     config="${work}/${shipped}_${precision}.sh"  # the shipped config, then this short run's settings
@@ -50,7 +56,7 @@ if [[ " ${stages} " == *" runner "* ]]; then
       echo "export CONFIG_FILE DGXSYSTEM=\${DGXSYSTEM#config_}"
       echo "export PRECISION=${precision} INIT_CHECKPOINT=none CPU_DEMO=1"
       echo "export SKIP_EVALS=1 VAL_CHECK_INTERVAL=32 MAX_STEPS=12 WARMUP_TRAIN_STEPS=2 COMPILE=1 LOG_FREQ=1"
-      (( gpus >= 8 )) || [[ ${precision} == fp8 ]] || echo "export ACL=64  # the config's comment: BF16's"
+      (( gpus >= 8 )) || [[ ${precision} == fp8 || ${system} != H200 ]] || echo "export ACL=64  # BF16 on 4 x H200"
       [[ -z ${OVERRIDES:-} ]] || echo "export ${OVERRIDES}"
     } > "${config}"
     name="lora_${precision}"

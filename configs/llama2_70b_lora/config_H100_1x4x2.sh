@@ -2,7 +2,10 @@
 # Llama 2 70B LoRA on 1 node x 4 H100: config_H100_1x8x1.sh's recipe on 4 GPUs at its global batch (GBS 8 =
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
 # Memory: every block recomputed, as the parent (issue 38's run on 4 x H100, 80 blocks, native FP8: the H200
-# config's ACL=40 ran out of memory, every block recomputed ran at 1,692 tokens/s per GPU).
+# config's ACL=40 ran out of memory, every block recomputed ran at 1,692 tokens/s per GPU, 1,661 on 2026-11-27).
+# The bench on 4 x H100 (2026-11-27, perf/RESULTS.md): ACL=76 fits (peak 63.8 GiB against 52.6) but ran no
+# faster than 80 (4.526 against 4.544 s a step, within its spread); 72 and 64 ran out of memory (the bench runs
+# without expandable segments, so the trainer might fit 72: not run).
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H100_1x8x1.sh
@@ -11,4 +14,4 @@ CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
 DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_} DGXNNODES=1 DGXNGPU=4 MINIBS=2 WALLTIME=90
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # (80 GB per GPU, twice the 8-GPU run's weights)
-export ACL=80  # measured: every block recomputed (the 8-GPU parent's 72 is derived from this run)
+export ACL=80  # measured (above); the 8-GPU parent's 72 is derived from this run

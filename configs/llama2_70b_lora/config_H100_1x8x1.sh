@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 H100: NVIDIA's v4.1 schedule (config_DGXH100_1x8x4xtp4pp1cp1.sh: LR 4e-4 over 800 steps) without its tensor parallelism.
 # Not yet run on 8 GPUs by this toolkit. On 4 x H100 (twice the weights per GPU) native FP8 ran with every block
-# recomputed (1,692 tokens/s per GPU) and ran out of memory at ACL=40. ACL on 8 GPUs, derived from that run as
-# in config_H200_1x8x1.sh: 16.1 GiB of frozen base freed per GPU, 1.64 GiB more per block kept, so ACL=72 peaks
-# 16.1 - 8 x 1.64 = 3.0 GiB below the 4-GPU run that fit. Not run: a first 8-GPU run should confirm it.
+# recomputed (the trainer: 1,692, then 1,661 tokens/s per GPU) and ran out of memory at ACL=40. ACL on 8 GPUs,
+# derived from that run as in config_H200_1x8x1.sh: 16.1 GiB of frozen base freed per GPU, 1.64 GiB more per
+# block kept, so ACL=72 peaks 16.1 - 8 x 1.64 = 3.0 GiB below the 4-GPU run that fit. The 4-GPU bench of
+# 2026-11-27 (perf/RESULTS.md) puts a kept block at 2.8 GiB of the peak (ACL 80: 52.6 GiB, 76: 63.8), which
+# makes ACL=72 about 52.6 + 8 x 2.8 - 16.1 = 59 GiB here: it still fits. A first 8-GPU run should confirm it.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

@@ -7,7 +7,9 @@
 # holds 1.64 GiB more at 8192 tokens (1.86 against 0.22 GiB kept after the forward, native FP8, compiled: the
 # archive's 8-block table); so ACL=32 peaks 16.1 - 8 x 1.64 = 3.0 GiB below the 4-GPU run at ACL=40, which fit
 # (ACL=30 there needed 16.4 GiB more and did not). About 3% faster than 40 (8 of 80 blocks' recompute, ~15 ms
-# each); not run: a first 8-GPU run should confirm it (an out-of-memory error names ACL).
+# each); not run: a first 8-GPU run should confirm it (an out-of-memory error names ACL). The 4 x H100 bench of
+# 2026-11-27 measured 1.41 GiB a kept block after the forward but 2.8 GiB of the peak (ACL 76 against 80): at
+# 2.8, ACL=32 peaks 6.3 GiB above the 4-GPU run's ACL=40 and ACL=36 4.9 GiB below: 36 if 32 runs out.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

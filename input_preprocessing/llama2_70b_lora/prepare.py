@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokenizer", type=Path, help="--sample: a Hugging Face tokenizer folder (default: trained)"
     )
+    parser.add_argument(
+        "--one-per-row", action="store_true", help="--sample: one example a row, padded, as GovReport's rows"
+    )
     parser.add_argument("--model-revision", default="main", help="the Llama 2 70B revision (default: main)")
     parser.add_argument("--no-disk-check", action="store_true", help="skip the free-space check")
     parser.add_argument(
@@ -90,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.base_steps < 0:
         parser.error(f"--base-steps {args.base_steps}: expected a count >= 0")
-    if not args.sample and (args.seq_len is not None or args.tokenizer is not None):
-        parser.error("--seq-len and --tokenizer go with --sample (the MLCommons set is fixed)")
+    if not args.sample and (args.seq_len is not None or args.tokenizer is not None or args.one_per_row):
+        parser.error("--seq-len, --tokenizer and --one-per-row go with --sample (the MLCommons set is fixed)")
     outputdir = args.outputdir.resolve()
     try:
         if args.sample:
             from input_preprocessing.llama2_70b_lora.sample import make_sample
 
-            meta = make_sample(outputdir, args.tokenizer, args.seq_len or 8192)
+            meta = make_sample(outputdir, args.tokenizer, args.seq_len or 8192, one_per_row=args.one_per_row)
             train, valid = meta["splits"]["train"], meta["splits"]["validation"]
             log(
                 f"[sample] {outputdir}/data: train {train['rows']} rows ({train['sequences']} sequences), "

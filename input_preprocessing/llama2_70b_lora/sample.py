@@ -10,7 +10,9 @@ each prompt becomes one example:
 
 (the summary capped at a quarter of half a row). Examples are packed greedily, in order, into rows of exactly
 `seq_len` tokens; `seq_start_id` lists where each example starts, and the tail after the last one is padding
-(the pad token, loss_mask 0) that belongs to the last sequence. A seeded choice of whole articles is held out
+(the pad token, loss_mask 0) that belongs to the last sequence. `--one-per-row`: one example a row, padded, as
+GovReport's rows (`seq_start_id` [0]), so that a GPU trial runs the real set's shape (a dense batch, not
+packed sequences: `training/llama2_70b_lora/data.py`). A seeded choice of whole articles is held out
 for validation. The tokenizer is any Hugging Face tokenizer folder (`--tokenizer DIR`), by default a
 byte-level BPE of 4,096 tokens trained on the training articles; it is copied into `OUTPUTDIR/model/` so the
 run needs nothing else, and recorded in `model/meta.json` (size, sha256, sampled blocks) for the preflight.
@@ -83,14 +85,16 @@ def article_examples(
     ]
 
 
-def pack(examples: list[tuple[list[int], list[int]]], seq_len: int, pad: int) -> list[dict]:
-    """Rows of exactly `seq_len` tokens, examples placed greedily in order."""
+def pack(
+    examples: list[tuple[list[int], list[int]]], seq_len: int, pad: int, one_per_row: bool = False
+) -> list[dict]:
+    """Rows of exactly `seq_len` tokens, examples placed greedily in order (`one_per_row`: one a row)."""
     placed: list[list[tuple[list[int], list[int]]]] = []
     used = seq_len
     for example in examples:
         if len(example[0]) > seq_len:
             raise PrepError(f"an example of {len(example[0])} tokens does not fit a row of {seq_len}")
-        if used + len(example[0]) > seq_len:
+        if used + len(example[0]) > seq_len or one_per_row:
             placed.append([])
             used = 0
         placed[-1].append(example)
@@ -143,6 +147,7 @@ def make_sample(
     wiki: Path = WIKI_SAMPLE,
     vocab_size: int = 4096,
     valid_fraction: float = 0.05,
+    one_per_row: bool = False,
 ) -> dict:
     """Write OUTPUTDIR/data/{train,validation}.npy + meta.json and the tokenizer into OUTPUTDIR/model."""
     start = time.perf_counter()
@@ -165,6 +170,7 @@ def make_sample(
         "tokenizer": made_by,
         "vocab_size": tok.vocab_size,
         "seq_length": seq_len,
+        "one_per_row": one_per_row,
         "bos_id": bos,
         "eos_id": tok.eod,
         "pad_id": pad,
@@ -176,7 +182,7 @@ def make_sample(
             for summary, body in encode_articles(tok, articles)
             for ex in article_examples(summary, body, seq_len // 2, bos_ids, sep, tok.eod)
         ]
-        rows = pack(examples, seq_len, pad)
+        rows = pack(examples, seq_len, pad, one_per_row)
         path = data_dir / f"{split}.npy"
         size = layout.save_rows(path, rows)
         meta["splits"][split] = {

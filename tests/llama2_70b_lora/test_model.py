@@ -194,6 +194,36 @@ def test_the_loss_scores_only_the_masked_in_tokens():
     torch.testing.assert_close(cross_entropy(logits, labels), want)
 
 
+def test_rows_of_one_sequence_are_a_dense_batch_with_the_packed_loss(checkpoint):
+    """The MLCommons rows (one sequence each) go to the model as a (MBS, seq) batch under plain causal
+    attention, not packed (FlashAttention-2 varlen and a host sync per block): the same loss as packing them
+    end to end, and the same tokens and labels."""
+    from training.llama2_70b_lora.data import Rows, micro_batch
+
+    ids = tokens(3, 12, seed=4).to(torch.int32)
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[:, :4] = False
+    rows = Rows(ids, mask, [[0], [0], [0]])
+    dense = micro_batch(rows, [0, 1])
+    assert len(dense) == 2 and dense[0].shape == (2, 12)
+    assert dense[0][1].tolist() == [*ids[1, :-1].tolist(), 0]
+    assert dense[1][0].tolist() == [-100] * 3 + ids[0, 4:].tolist() + [-100]
+    packed = micro_batch(Rows(ids, mask, [[0], [0], [0, 6]]), [0, 1, 2])  # one packed row packs them all
+    assert len(packed) == 4 and packed[3].tolist() == [0, 12, 24, 30, 36]
+    model = ours(checkpoint)
+    with torch.no_grad():
+        want = cross_entropy(
+            model(
+                packed[0][:, :24],
+                position_ids=packed[2][:, :24],
+                cu_seqlens=torch.tensor([0, 12, 24], dtype=torch.int32),
+            ),
+            packed[1][:, :24],
+        )
+        got = cross_entropy(model(dense[0]), dense[1])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_fp8_stored_frozen_weights_give_the_same_bits(checkpoint):
     """Frozen weights stored as e4m3 codes (FP8_WEIGHTS: the 80-layer model on one GPU) compute what the
     native FP8 linears computed from the bf16 weights: the same output and input gradient, bit for bit,

@@ -27,6 +27,12 @@ def datadir(tmp_path_factory):
     return make_datadir(tmp_path_factory.mktemp("lora_data"))
 
 
+@pytest.fixture(scope="module")
+def one_per_row(tmp_path_factory):
+    """Rows of one sequence each, as the MLCommons set's: the trainer runs them as a dense batch."""
+    return make_datadir(tmp_path_factory.mktemp("lora_data_dense"), packed=False)
+
+
 def train(datadir: Path, logdir: Path, nproc: int = 1, **env: str) -> tuple[int, list[dict], str]:
     settings = {**BASE, "DGXNGPU": str(nproc), "DATADIR": str(datadir), "LOGDIR": str(logdir),
                 "RUN_TAG": "lora_1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **env}  # fmt: skip
@@ -67,8 +73,8 @@ def test_a_run_logs_what_the_rules_require_and_its_log_passes_the_checker(datadi
     assert compliant, messages
 
 
-def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(datadir, tmp_path):
-    rc, events, log = train(datadir, tmp_path, MAX_STEPS="8")
+def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(one_per_row, tmp_path):
+    rc, events, log = train(one_per_row, tmp_path, MAX_STEPS="8")
     assert rc == 1, log[-3000:]
     stop = next(e for e in events if e["key"] == "run_stop")
     assert stop["metadata"] == {**stop["metadata"], "status": "aborted", "samples_count": 16}

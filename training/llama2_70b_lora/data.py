@@ -6,6 +6,10 @@ A row becomes a micro-batch of the Llama step (`training.llama.step`): the token
 last, padded to MAX_SEQLEN; the label of each is the next id, scored where the next token's loss mask is 1
 and never across a sequence's end; positions restart at every sequence and attention stays inside each
 (`cu_seqlens`). Several rows in one micro-batch (MBS > 1) are laid end to end in one row of MBS x MAX_SEQLEN.
+A micro-batch whose rows hold one sequence each (every row of the MLCommons set) is not packed: its rows are a
+(MBS, MAX_SEQLEN) batch under the plain causal attention, the benches' path. Packing one sequence is the same
+arithmetic, but its attention is FlashAttention-2's varlen kernel (1.7x cuDNN's time at Llama's shape on an
+H100, perf/attention.py) and every block reads the longest sequence back to the host (a sync per block).
 Training rows are drawn without replacement in a fresh seeded order every epoch, as NeMo's Megatron sampler
 does; each optimizer step takes GBS rows, MINIBS per rank.
 """
@@ -72,8 +76,11 @@ def load_rows(path: Path, seq_length: int, vocab_size: int) -> Rows:
 
 
 def micro_batch(rows: Rows, indices) -> tuple[torch.Tensor, ...]:
-    """(tokens, labels, position_ids, cu_seqlens) of the rows `indices`, laid end to end in one row."""
+    """(tokens, labels) of shape (len(indices), MAX_SEQLEN) when each of the rows `indices` holds one
+    sequence, else (tokens, labels, position_ids, cu_seqlens) of the rows laid end to end in one row."""
     pieces = [_row(rows, int(i)) for i in indices]
+    if all(len(p[3]) == 1 for p in pieces):
+        return torch.stack([p[0] for p in pieces]), torch.stack([p[1] for p in pieces])
     tokens, labels, positions = (torch.cat([p[k] for p in pieces]).unsqueeze(0) for k in range(3))
     seq, bounds = rows.tokens.shape[1], []
     for n, p in enumerate(pieces):
