@@ -18,8 +18,9 @@ width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if imp
 FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
 FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
 step, as torchtitan's one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our
-step in bf16 (also for an FP8 row), eager, PyTorch's SDPA, autocast, run first for each row unless `--peers`
-names it elsewhere or `--no-reference`.
+step in bf16 (also for an FP8 row), eager, PyTorch's SDPA, autocast, every block recomputed in the backward
+(the same numbers; without it the eager step ran out of memory at full depth on 4 x H100, 2026-11-27), run
+first for each row unless `--peers` names it elsewhere or `--no-reference`.
 
 Loss parity (`perf/parity.py`): every variant of ours records its per-step losses (every step, from the
 first) on the same initial weights (one seed) and the same batches as the row's reference (an FP8 row's is the
@@ -82,7 +83,7 @@ def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, wor
     run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8 and not reference,
                   grad_accum=1, enable_compile=args.compile and not reference, fp8_backend=backend,
                   attention=attention, bf16_weights=variant not in ("ours-autocast", "reference"),
-                  )  # fmt: skip
+                  activation_checkpointing=reference)  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     return workload.make_step(args.mbs, 1), workload.backends
