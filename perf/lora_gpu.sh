@@ -67,7 +67,10 @@ if [[ " ${stages} " == *" runner "* ]]; then
       export CONTAINER_RUNTIME=none CLEAR_CACHES=0 TUNABLES_ROOT="${work}/no_host_tunables"
       mkdir -p "${TUNABLES_ROOT}"
       bash run_with_docker.sh
-    ) > "${out}/${name}.log" 2>&1 || status=1
+    ) > "${out}/${name}.log" 2>&1 ||
+      # random weights never reach the target, so the launcher reports "not converged": the speed is still
+      # measured; only a run that logged no tracked_stats failed here
+      grep -qs '"key": "tracked_stats"' "${out}/${name}"/llama2_70b_lora_*.log || status=1
     tail -n 15 "${out}/${name}.log"
   done
 fi
