@@ -90,6 +90,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
+    sync_each = "synceach" in modes
     fp8_on = precision in ("fp8", "fp8native")
     if precision == "fp8" and device.type != "cuda":
         return {"skipped": "torchao's FP8 needs a GPU"}
@@ -146,7 +147,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     # float32 cross-entropy and torch's clip_grad_norm_
     loss_fn = compiled_cross_entropy if compiled else cross_entropy
     trainer_step = Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,
-                        sync_each_micro_batch="synceach" in modes)  # fmt: skip
+                        sync_each_micro_batch=sync_each)  # fmt: skip
 
     def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(b[:, :-1], b[:, 1:]) for b in (next(it) for _ in range(args.accum))]
@@ -159,7 +160,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         total = 0.0
         for micro, (tokens, labels) in enumerate(micro_batches()):  # FSDP2 reduce-scatters after the last
             if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync("synceach" in modes or micro == args.accum - 1)
+                model.set_requires_gradient_sync(sync_each or micro == args.accum - 1)
             with autocast, fp8.forward_context():
                 loss = cross_entropy(model(input_ids=tokens, use_cache=False).logits, labels)
             (loss / args.accum).backward()

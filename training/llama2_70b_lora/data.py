@@ -8,8 +8,8 @@ and never across a sequence's end; positions restart at every sequence and atten
 (`cu_seqlens`). Several rows in one micro-batch (MBS > 1) are laid end to end in one row of MBS x MAX_SEQLEN.
 A micro-batch whose rows hold one sequence each (every row of the MLCommons set) is not packed: its rows are a
 (MBS, MAX_SEQLEN) batch under the plain causal attention, the benches' path. Packing one sequence is the same
-arithmetic, but its attention is FlashAttention-2's varlen kernel (1.7x cuDNN's time at Llama's shape on an
-H100, perf/attention.py) and every block reads the longest sequence back to the host (a sync per block).
+arithmetic, but its attention is FlashAttention-2's varlen kernel (FlashAttention-2 took 1.7x cuDNN's time
+at the 8B's heads on an H100, perf/attention.py) and every block reads the longest sequence back to the host.
 Training rows are drawn without replacement in a fresh seeded order every epoch, as NeMo's Megatron sampler
 does; each optimizer step takes GBS rows, MINIBS per rank.
 """
