@@ -15,8 +15,8 @@
 #           checkpoint on this machine), 8192-token rows of one example each made from the bundled excerpt
 #           (prepare_data.sh --sample --one-per-row: GovReport's layout, not here), evaluations after 8 steps and every 4 after (so tracked_stats are
 #           logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer than 8 H200s BF16 recomputes the first
-#           64 blocks (ACL=64: its 40 ran out of memory on 4 x H200; native FP8 runs the config's 40: 2,101
-#           tokens/s/GPU there, 30 ran out of memory); on H100 both run the config's ACL.
+#           64 blocks (ACL=64: its 40 ran out of memory on 4 x H200 on packed rows; not run on the dense batch);
+#           native FP8 runs the config's ACL (59 on 4 x H200: 2,085 tokens/s/GPU, 54 ran out of memory).
 # Prints the tracked_stats of each run beside the peer and a projected time to train on 8 GPUs (the RCP's
 # mean samples to converge over the per-GPU throughput x 8, plus the evaluations on 173 rows at the measured
 # evaluation speed). OVERRIDES="VAR=value ..." are appended to the config. Host tunables are not touched.

@@ -46,3 +46,36 @@ def test_check_all_marks_the_reference_and_skips_other_batches():
     lonely = {"fast": {"losses": REFERENCE}}
     parity.check_all(lonely, "ref", math.log(V))
     assert "did not run" in lonely["fast"]["parity"]["verdict"]
+
+
+# two runs of the eager bf16 reference, the 8B at 24 blocks on one H200 (2026-11-27): 10 steps within 1%,
+# then 1.6% at step 10 and 28% at step 11
+REF_A = [12.606, 12.189, 11.671, 10.894, 11.817, 11.552, 11.203, 11.142, 12.08, 10.967, 11.273, 10.649]
+REF_B = [12.606, 12.189, 11.671, 10.894, 11.818, 11.554, 11.183, 11.131, 11.96, 11.012, 11.456, 13.595]
+
+
+def test_only_the_steps_the_reference_repeats_are_compared():
+    assert parity.repeated_steps(REF_A, REF_B) == 10
+    assert parity.repeated_steps(REF_A, REF_A) == len(REF_A)
+    assert parity.repeated_steps([12.0, math.nan], [12.0, math.nan]) == 1
+    # off by 20% after the references part, close before: ok over the 10 repeated steps, FAIL without a twin
+    late = [x * (1.003 if i < 10 else 1.2) for i, x in enumerate(REF_A)]
+    record = parity.verdict(late, REF_A, parity.uniform_loss(128256), "bf16", twin=REF_B)
+    assert record["ok"] and record["repeated_steps"] == 10
+    assert record["verdict"] == "ok (0.30% max over the 10 steps its two runs repeat)"
+    assert not parity.verdict(late, REF_A, parity.uniform_loss(128256), "bf16")["ok"]
+    # off within the repeated steps: still a failure
+    early = [x * (1.1 if i == 6 else 1.0) for i, x in enumerate(REF_A)]
+    assert "off by 10.0% at step 6" in parity.verdict(early, REF_A, 11.76, "fp8", twin=REF_B)["verdict"]
+
+
+def test_a_reference_that_does_not_repeat_itself_decides_nothing():
+    parted = [12.606, 12.9] + REF_A[2:]  # 2.4% apart at step 1
+    record = parity.verdict(REF_A, REF_A, 11.76, "bf16", twin=parted)
+    assert not record["ok"] and record["undetermined"]
+    assert record["verdict"] == "undetermined: the reference's two runs part by more than 1% at step 1"
+    assert parity.column(record) == record["verdict"]  # not a **FAIL**
+    assert parity.ratio_cell(1.13, record) == "1.13x (parity unchecked)"
+    runs = {"ref": {"losses": REF_A}, "fast": {"losses": REF_A}}
+    parity.check_all(runs, "ref", 11.76, twin=parted)
+    assert runs["fast"]["parity"]["undetermined"] and runs["ref"]["parity"]["ok"]

@@ -5,7 +5,8 @@
 # derived from that run as in config_H200_1x8x1.sh: 16.1 GiB of frozen base freed per GPU, 1.64 GiB more per
 # block kept, so ACL=72 peaks 16.1 - 8 x 1.64 = 3.0 GiB below the 4-GPU run that fit. The 4-GPU bench of
 # 2026-11-27 (perf/RESULTS.md) puts a kept block at 2.8 GiB of the peak (ACL 80: 52.6 GiB, 76: 63.8), which
-# makes ACL=72 about 52.6 + 8 x 2.8 - 16.1 = 59 GiB here: it still fits. A first 8-GPU run should confirm it.
+# makes ACL=72 about 52.6 + 8 x 2.8 - 16.1 = 59 GiB here, and the 4 x H200 bench's 3.25 GiB a block 62.5 GiB:
+# it still fits. A first 8-GPU run should confirm it.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

@@ -32,6 +32,8 @@ def test_bench_tiny_runs_and_writes_json(tmp_path):
         assert ours["backends"]["activation_checkpointing"] == "off"
     assert "sliding window 32" in runs["mistral-bf16:ours"]["backends"]["attention"]
     assert runs["llama8b-fp8:ours"] == {"skipped": "FP8 needs a GPU"}
+    # the FP8 row's reference (bf16) is the bf16 row's twin: the steps the two repeat (all, on the CPU)
+    assert runs["llama8b-bf16:ours"]["parity"]["repeated_steps"] == len(runs["llama8b-bf16:ours"]["losses"])
     titan = runs["llama8b-bf16:titan"]
     assert "ms" in titan or titan == {"skipped": "torchtitan not importable"}
     assert proc.stdout.rstrip().splitlines()[-1].startswith("| mistral-bf16 | titan |")

@@ -8,6 +8,7 @@ random weights."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -91,19 +92,31 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     generator = torch.Generator(device=device).manual_seed(args.seed + rank)
 
-    def make_step(batch: int, accum: int):
+    def make_step(
+        batch: int,
+        accum: int,
+        lr_at: Callable[[int], float] | None = None,
+        pool: list[torch.Tensor] | None = None,
+    ):
         """One optimizer step over `accum` micro-batches of `batch` random sequences (a pool of two,
-        made on the device beforehand, so that no data movement is timed)."""
+        made on the device beforehand, so that no data movement is timed). A loss-parity bench
+        (`perf/bench_throughput`) gives its own: `pool`, (batch, seq + 1) rows taken in turn, and `lr_at`, the
+        learning rate of the n-th step (from 0), else the constant `LR`."""
         if held and accum > 1:  # (bf16 gradients would add up in bf16)
             raise ValueError(f"bf16 weights held by AdamW take one iteration per step, not {accum}")
-        pool = [
-            torch.randint(0, shape.vocab_size, (batch, seq + 1), device=device, generator=generator)
-            for _ in range(2)
-        ]
+        if pool is None:
+            pool = [
+                torch.randint(0, shape.vocab_size, (batch, seq + 1), device=device, generator=generator)
+                for _ in range(2)
+            ]
         micro = [(rows[:, :-1], rows[:, 1:]) for rows in pool]
+        done = 0
 
         def run() -> torch.Tensor:
-            loss, _ = train_step(step, [micro[i % 2] for i in range(accum)], LR)
+            nonlocal done
+            taken = [micro[(done * accum + i) % len(micro)] for i in range(accum)]
+            loss, _ = train_step(step, taken, LR if lr_at is None else lr_at(done))
+            done += 1
             return loss
 
         return run
