@@ -32,7 +32,9 @@ blocks compile inside an eager checkpoint: `parallel.apply_compile`), `-keepattn
 skips the attention kernel (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4), `-sdpa`
 PyTorch's SDPA (ATTENTION=sdpa), `-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel
 (LORA_KERNEL=pytorch). Ours also
-reports `kept_after_forward_gib`: memory the forward of a step leaves allocated for its backward.
+reports, from one step of its own (`memory_step`, on GPUs and under torchrun): `kept_after_forward_gib`,
+memory the forward leaves allocated for its backward; and, as the backward reaches each block, the weights
+FSDP2 still holds all-gathered and all memory allocated (`backward_gathered_gib`, `backward_allocated_gib`).
 `--profile N` prints each variant's top N GPU kernels per step.
 
 Loss parity (`perf/parity.py`): every variant's per-step losses (every step it ran, from the first) against
@@ -238,6 +240,67 @@ def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
                  "ac": "gradient checkpointing" if "ac" in modes else "off"}  # fmt: skip
 
 
+def gathered_bytes(blocks: list[torch.nn.Module]) -> int:
+    """Bytes of FSDP2's unsharded (all-gathered) parameter storages allocated now, over `blocks`. Read from
+    FSDP2's private `FSDPParam` fields (`_unsharded_param`, `all_gather_outputs`, `_unsharded_inner_tensors`,
+    torch 2.11), read only; a field that is absent counts 0."""
+    seen, total = set(), 0
+    for block in blocks:
+        state = block._get_fsdp_state() if hasattr(block, "_get_fsdp_state") else None
+        for param in getattr(getattr(state, "_fsdp_param_group", None), "fsdp_params", []):
+            inner = getattr(param, "_unsharded_inner_tensors", None) or []
+            for t in (
+                getattr(param, "_unsharded_param", None),
+                *getattr(param, "all_gather_outputs", []),
+                *inner,
+            ):
+                storage = None if t is None else t.untyped_storage()
+                if storage is not None and storage.nbytes() and storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
+
+
+def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
+    """One step watched: what its forward leaves for the backward (GPU), and, each time the backward reaches a
+    block (its output's gradient arrives: every later block's backward has run), the all-gathered weights
+    still allocated and (GPU) all memory allocated. Where a kept block's backward left its gathered weights,
+    they pile up towards block 0 (the question of perf/RESULTS.md's fifth session: on 4 x H200 the peak grew
+    3.25 GiB a kept block where the forward kept 1.41)."""
+    from training.throughput.run import memory_at_forward_end
+
+    blocks, reached = list(getattr(model, "layers", [])), {}
+    gpu = device.type == "cuda"
+
+    def now() -> tuple[float, float | None]:
+        allocated = torch.cuda.memory_allocated(device) / 2**30 if gpu else None
+        return gathered_bytes(blocks) / 2**30, allocated
+
+    def watch(i: int):
+        def record(grad: torch.Tensor) -> None:
+            reached.setdefault(i, now())
+
+        def hook(module, args, out):
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(record)
+
+        return hook
+
+    handles = [block.register_forward_hook(watch(i)) for i, block in enumerate(blocks)]
+    try:
+        with memory_at_forward_end(model, device) if gpu else contextlib.nullcontext([0]) as kept:
+            before = torch.cuda.memory_allocated(device) if gpu else 0
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = {"backward_gathered_gib": [reached.get(i, (None, None))[0] for i in range(len(blocks))]}
+    if gpu:
+        out["kept_after_forward_gib"] = (kept[0] - before) / 2**30
+        out["backward_allocated_gib"] = [reached.get(i, (None, None))[1] for i in range(len(blocks))]
+    return out
+
+
 def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: int) -> dict:
     kind, precision, *modes = variant.split("-")
     if kind not in ("ours", "peft") or precision not in ("bf16", "fp8native", "fp8torchao"):
@@ -257,13 +320,8 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     t0 = time.perf_counter()
     run()  # compiles
     first_s = time.perf_counter() - t0
-    if device.type == "cuda" and model is not None:  # what a step's forward leaves for its backward
-        from training.throughput.run import memory_at_forward_end
-
-        with memory_at_forward_end(model, device) as kept:
-            before = torch.cuda.memory_allocated(device)
-            run()
-        info["kept_after_forward_gib"] = (kept[0] - before) / 2**30
+    if model is not None and (device.type == "cuda" or mesh is not None):  # the memory of one step
+        info.update(memory_step(run, model, device))
     times = time_steps(run, args.warmup, args.steps, device)
     if args.profile:  # (every rank runs the profiled steps: they hold FSDP's collectives)
         print_profile(run, steps=2, top=args.profile, show=rank_of(mesh) == 0, title=f"{variant}:")
