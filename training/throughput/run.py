@@ -330,16 +330,30 @@ def versions() -> dict:
         return {"torch": torch.__version__}
 
 
+# how long a rank other than 0 waits before it exits with the error rank 0 says (`main`)
+RANK0_GRACE_S = 10.0
+
+
 def main(argv: list[str]) -> int:
     """Exit status 0 done, 1 the model does not fit, 2 a flag or config error. Every rank finds the same
-    config error: rank 0 says it (once, not once per rank), before anything is built."""
+    config error: rank 0 says it (once, not once per rank), before anything is built. The other ranks wait
+    up to `RANK0_GRACE_S` before they exit: torchrun stops every worker once one has exited, and a rank that
+    exited first stopped rank 0 before it had said anything (a CI run, 2026-11-27); rank 0's own exit ends the
+    wait."""
     world, local_ranks = launch_sizes()
-    say_once = print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)
+    rank0 = os.environ.get("RANK", "0") == "0"
+
+    def say_once(*args, **kwargs) -> None:
+        if rank0:
+            print(*args, **kwargs)
+        else:
+            time.sleep(RANK0_GRACE_S)
+
     try:
         args = parse_args(argv)
         spec = model_for(args)
         check_this_node(spec, world, local_ranks)
-        if args.json is not None and os.environ.get("RANK", "0") == "0":  # rank 0 writes it
+        if args.json is not None and rank0:  # rank 0 writes it
             check_writable(args.json, "--json", probe=True)
     except ConfigError as err:
         say_once(f"train_fsdp.py: error: {err}", file=sys.stderr)
