@@ -417,7 +417,29 @@ def main() -> int:
         ratio = parity.ratio_cell(r["tokens_per_s"] / peer["tokens_per_s"] if peer else None, check)
         print(f"| {name} | {r['ms'] / 1e3:.3f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
               f"{r['peak_gib']:.1f} | {ratio} | {parity.column(check)} |")  # fmt: skip
+    for name, r in results["runs"].items():
+        if line := memory_line(r):
+            print(f"memory, {name}: {line}")
     return 0
+
+
+def memory_line(run: dict) -> str | None:
+    """The memory step's figures (`memory_step`) in a line: what the forward left, and the all-gathered
+    weights (and, on GPUs, all memory) as the backward reached the last block and block 0."""
+    gathered, allocated = run.get("backward_gathered_gib") or [], run.get("backward_allocated_gib") or []
+    if not gathered or gathered[0] is None or gathered[-1] is None:
+        return None
+    parts = (
+        [f"the forward left {run['kept_after_forward_gib']:.2f} GiB"]
+        if "kept_after_forward_gib" in run
+        else []
+    )
+    for where, i in (("the last block", -1), ("block 0", 0)):
+        held = f"{gathered[i]:.2f} GiB gathered"
+        if allocated and allocated[i] is not None:
+            held += f", {allocated[i]:.2f} GiB allocated"
+        parts.append(f"as the backward reached {where}: {held}")
+    return "; ".join(parts)
 
 
 if __name__ == "__main__":

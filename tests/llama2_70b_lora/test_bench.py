@@ -77,3 +77,4 @@ def test_two_process_profile_runs_on_every_rank(tmp_path):
     # the memory step: FSDP2's all-gathered weights still allocated as the backward reaches each block
     gathered = run["backward_gathered_gib"]
     assert len(gathered) == 2 and all(g is not None and g >= 0 for g in gathered), gathered
+    assert "memory, ours-bf16: as the backward reached the last block: " in done.stdout, done.stdout[-2000:]
