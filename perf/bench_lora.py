@@ -294,10 +294,11 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     finally:
         for handle in handles:
             handle.remove()
-    out = {"backward_gathered_gib": [reached.get(i, (None, None))[0] for i in range(len(blocks))]}
+    at = [reached.get(i, (None, None)) for i in range(len(blocks))]
+    out = {"backward_gathered_gib": [gathered for gathered, _ in at]}
     if gpu:
         out["kept_after_forward_gib"] = (kept[0] - before) / 2**30
-        out["backward_allocated_gib"] = [reached.get(i, (None, None))[1] for i in range(len(blocks))]
+        out["backward_allocated_gib"] = [allocated for _, allocated in at]
     return out
 
 
@@ -430,14 +431,14 @@ def memory_line(run: dict) -> str | None:
     if not gathered or gathered[0] is None or gathered[-1] is None:
         return None
     parts = (
-        [f"the forward left {run['kept_after_forward_gib']:.2f} GiB"]
+        [f"the forward left {run['kept_after_forward_gib']:.3g} GiB"]
         if "kept_after_forward_gib" in run
         else []
     )
     for where, i in (("the last block", -1), ("block 0", 0)):
-        held = f"{gathered[i]:.2f} GiB gathered"
+        held = f"{gathered[i]:.3g} GiB gathered"  # (3 digits: the CPU toy's are a few KiB)
         if allocated and allocated[i] is not None:
-            held += f", {allocated[i]:.2f} GiB allocated"
+            held += f", {allocated[i]:.3g} GiB allocated"
         parts.append(f"as the backward reached {where}: {held}")
     return "; ".join(parts)
 

@@ -13,8 +13,8 @@ compares them:
 - only where the reference repeats itself: given a second run of the reference (`twin`: the same code,
   weights and batches), steps from the first where the two part by more than `TWIN` are not compared. From
   random weights, some benches reach a stretch where the loss spikes at steps that vary from run to run:
-  two runs of the eager bf16 reference of the 8B at 24 blocks on one H200 agreed within 0.2% for 8 steps,
-  then parted by 26% (2026-11-27). Fewer than `MIN_STEPS` such steps: "undetermined", not ok.
+  two runs of the eager bf16 reference of the 8B at 24 blocks on one H200 agreed within 1% for 10 steps,
+  then parted by up to 28% (2026-11-27). Fewer than `MIN_STEPS` such steps: "undetermined", not ok.
 
 Tolerances (`TOLERANCE`), relative, per step: bf16-class variants (compiled, other kernels, the peers in bf16)
 2%, FP8 variants 5%. Why these: on the same weights and batches, the bf16 variants differ from the eager
