@@ -266,31 +266,55 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     block (its output's gradient arrives: every later block's backward has run), the all-gathered weights
     still allocated and (GPU) all memory allocated. Where a kept block's backward left its gathered weights,
     they pile up towards block 0 (the question of perf/RESULTS.md's fifth session: on 4 x H200 the peak grew
-    3.25 GiB a kept block where the forward kept 1.41)."""
+    3.25 GiB a kept block where the forward kept 1.41). On GPUs also where in the step the peak fell: the
+    allocator's peak is read and reset at each mark (a block's forward starting and ending, the model's
+    forward ending, the backward reaching a block, the step ending), so each stretch between two marks has
+    its own peak (`peak_between`: the largest, and the marks around it). A block's forward after the model's
+    is its recompute in the backward."""
     from training.throughput.run import memory_at_forward_end
 
     blocks, reached = list(getattr(model, "layers", [])), {}
     gpu = device.type == "cuda"
+    marks: list[tuple[str, float]] = []  # (the mark, the peak in GiB since the one before)
+    phase = ["forward"]
 
     def now() -> tuple[float, float | None]:
         allocated = torch.cuda.memory_allocated(device) / 2**30 if gpu else None
         return gathered_bytes(blocks) / 2**30, allocated
 
+    def mark(label: str) -> None:
+        if gpu:
+            marks.append((label, torch.cuda.max_memory_allocated(device) / 2**30))
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def starts(i: int):
+        return lambda module, args: mark(f"{phase[0]} of block {i} starts")
+
     def watch(i: int):
         def record(grad: torch.Tensor) -> None:
             reached.setdefault(i, now())
+            mark(f"the backward reaches block {i}")
 
         def hook(module, args, out):
+            mark(f"{phase[0]} of block {i} ends")
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.register_hook(record)
 
         return hook
 
-    handles = [block.register_forward_hook(watch(i)) for i, block in enumerate(blocks)]
+    def forward_ends(*_):
+        mark("the model's forward ends")
+        phase[0] = "recompute"
+
+    handles = [block.register_forward_pre_hook(starts(i)) for i, block in enumerate(blocks)]
+    handles += [block.register_forward_hook(watch(i)) for i, block in enumerate(blocks)]
+    handles.append(model.register_forward_hook(forward_ends))
     try:
         with memory_at_forward_end(model, device) if gpu else contextlib.nullcontext([0]) as kept:
             before = torch.cuda.memory_allocated(device) if gpu else 0
+            mark("the step starts")
             run()
+            mark("the step ends")
     finally:
         for handle in handles:
             handle.remove()
@@ -299,6 +323,10 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     if gpu:
         out["kept_after_forward_gib"] = (kept[0] - before) / 2**30
         out["backward_allocated_gib"] = [allocated for _, allocated in at]
+        top = max(range(1, len(marks)), key=lambda k: marks[k][1])
+        out["peak_between"] = {"gib": marks[top][1], "from": marks[top - 1][0], "to": marks[top][0]}
+        forward_end = next(k for k, (label, _) in enumerate(marks) if "model" in label)
+        out["forward_peak_gib"] = max(gib for _, gib in marks[1 : forward_end + 1])
     return out
 
 
@@ -319,8 +347,12 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     if device.type == "cuda":
         info["built_gib"] = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
-    run()  # compiles
+    run()  # compiles (and, native FP8, calibrates first: `training.fp8.calibrate`)
     first_s = time.perf_counter() - t0
+    first_peak = 0.0
+    if device.type == "cuda":  # the first step's own peak; `peak_gib` is the later steps'
+        first_peak = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
     if model is not None and (device.type == "cuda" or mesh is not None):  # the memory of one step
         info.update(memory_step(run, model, device))
     times = time_steps(run, args.warmup, args.steps, device)
@@ -330,14 +362,15 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     tokens_per_s = seq / ms * 1e3
     flops = shape.lora_flops_per_token(seq, info["adapters"])
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-    if mesh is not None:  # the slowest rank's time and the largest peak
-        both = torch.tensor([ms, peak], dtype=torch.float64, device=device)
+    if mesh is not None:  # the slowest rank's time and the largest peaks
+        both = torch.tensor([ms, peak, first_peak], dtype=torch.float64, device=device)
         torch.distributed.all_reduce(both, torch.distributed.ReduceOp.MAX)
-        ms, peak = both.tolist()
+        ms, peak, first_peak = both.tolist()
         tokens_per_s = seq / ms * 1e3
     losses = [float(x) for x in info.pop("losses")]
     return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
             "model_tflops": flops * tokens_per_s / 1e12, "peak_gib": peak, "first_step_s": first_s,
+            "first_step_peak_gib": first_peak,
             "first_loss": losses[0], "last_loss": losses[-1], "losses": losses, **info}  # fmt: skip
 
 
@@ -440,6 +473,12 @@ def memory_line(run: dict) -> str | None:
         if allocated and allocated[i] is not None:
             held += f", {allocated[i]:.3g} GiB allocated"
         parts.append(f"as the backward reached {where}: {held}")
+    if run.get("first_step_peak_gib"):
+        parts.append(f"the first step's peak {run['first_step_peak_gib']:.3g} GiB, the later steps' "
+                     f"{run['peak_gib']:.3g}")  # fmt: skip
+    if peak := run.get("peak_between"):
+        parts.append(f"the forward's peak {run['forward_peak_gib']:.3g} GiB; the step's "
+                     f"{peak['gib']:.3g} GiB, between '{peak['from']}' and '{peak['to']}'")  # fmt: skip
     return "; ".join(parts)
 
 

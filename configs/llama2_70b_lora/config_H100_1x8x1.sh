@@ -4,9 +4,11 @@
 # recomputed (the trainer: 1,692, then 1,661 tokens/s per GPU) and ran out of memory at ACL=40. ACL on 8 GPUs,
 # derived from that run as in config_H200_1x8x1.sh: 16.1 GiB of frozen base freed per GPU, 1.64 GiB more per
 # block kept, so ACL=72 peaks 16.1 - 8 x 1.64 = 3.0 GiB below the 4-GPU run that fit. The 4-GPU bench of
-# 2026-11-27 (perf/RESULTS.md) puts a kept block at 2.8 GiB of the peak (ACL 80: 52.6 GiB, 76: 63.8), which
-# makes ACL=72 about 52.6 + 8 x 2.8 - 16.1 = 59 GiB here, and the 4 x H200 bench's 3.25 GiB a block 62.5 GiB:
-# it still fits. A first 8-GPU run should confirm it.
+# 2026-11-27 put a kept block at 2.8 GiB of the peak (ACL 80: 52.6 GiB, 76: 63.8): that was the FP8
+# calibration pass's peak, which now recomputes every block; after it a kept block adds 1.41 GiB (4 x H200,
+# perf/RESULTS.md, sixth session), so ACL=72 peaks about 52.6 - 16.1 + 8 x 1.41 = 47.8 GiB here. Keeping more
+# blocks would fit (about 20 more) but on 4 x H100 ACL 76 ran no faster than 80: not measured here. A first
+# 8-GPU run should confirm it.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

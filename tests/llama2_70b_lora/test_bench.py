@@ -78,3 +78,31 @@ def test_two_process_profile_runs_on_every_rank(tmp_path):
     gathered = run["backward_gathered_gib"]
     assert len(gathered) == 2 and all(g is not None and g >= 0 for g in gathered), gathered
     assert "memory, ours-bf16: as the backward reached the last block: " in done.stdout, done.stdout[-2000:]
+
+
+def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
+    """`bench_lora.memory_step`'s GPU part with the allocator's counters stubbed: the peak read at each mark
+    (and reset there) is the stretch since the mark before, so the largest names the two marks around it, and
+    the forward's peak is the largest before the model's forward ends."""
+    gib, reads = 2**30, []
+    peaks = {7: 9, 3: 5}  # the 7th read: from the model's forward's end to the backward reaching block 1
+
+    def max_allocated(device=None):
+        reads.append(None)
+        return peaks.get(len(reads), 1) * gib
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", max_allocated)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * gib)
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+    model.forward = lambda x: model.layers[1](model.layers[0](x))
+    x = torch.randn(2, 4, requires_grad=True)
+    got = bench_lora.memory_step(lambda: model(x).sum().backward(), model, torch.device("cuda"))
+    # marks: step starts, fwd 0 starts, fwd 0 ends, fwd 1 starts, fwd 1 ends, model's forward ends, backward
+    # reaches 1, backward reaches 0, step ends
+    assert len(reads) == 9
+    assert got["peak_between"] == {
+        "gib": 9, "from": "the model's forward ends", "to": "the backward reaches block 1"
+    }  # fmt: skip
+    assert got["forward_peak_gib"] == 5
