@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from training.common.dist import DistInfo
-from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
+from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult, peak_memory_line
 from training.common.outcome import Outcome
 
 CPU = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
@@ -147,3 +147,14 @@ def test_more_counters_and_stats_go_where_the_rules_read_them(caplog):
     assert evals == [{"samples_count": 16, "epoch_num": 16}, {"samples_count": 32, "epoch_num": 32}]
     tracked = [value for key, value, _ in events if key == "tracked_stats"]
     assert tracked[0] == {"per_gpu": 1, "train_loss": 2.0, "lr": 0.1}
+
+
+def test_peak_memory_line_says_the_runs_peak_against_the_gpu(monkeypatch):
+    """After run_stop the trainer says its GPU memory peak (what a config's ACL and MINIBS are chosen from);
+    nothing off the GPU. The allocator's counters are stubbed: no GPU here."""
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 118.2 * 2**30)
+    gpu = SimpleNamespace(total_memory=140 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
+    assert peak_memory_line(torch.device("cpu")) is None
+    line = peak_memory_line(torch.device("cuda", 0))
+    assert line == "peak GPU memory 118.2 GiB of 140.0 GiB (the busiest rank, warm-up included)"

@@ -164,9 +164,28 @@ class MLPerfRun:
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
+        if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)
+            self.say(f"{self.prog}: {line}")
         dist.shutdown()
         progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
         return outcome.ended(status == constants.SUCCESS, progress, diverged)
+
+
+def peak_memory_line(device: torch.device) -> str | None:
+    """The run's GPU memory peak on the busiest rank, against the GPU's size (None off the GPU): what a
+    config's memory settings (ACL, MINIBS) are chosen from. Counted from the process's start, so the warm-up
+    and the first step are in it (native FP8 calibrates there: `training.fp8.calibrate`). Every rank calls it
+    (a collective)."""
+    if device.type != "cuda":
+        return None
+    peak = float(torch.cuda.max_memory_allocated(device))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        busiest = torch.tensor(peak, device=device)
+        torch.distributed.all_reduce(busiest, op=torch.distributed.ReduceOp.MAX)
+        peak = busiest.item()
+    capacity = torch.cuda.get_device_properties(device).total_memory
+    size = f"{peak / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB"
+    return f"peak GPU memory {size} (the busiest rank, warm-up included)"
 
 
 class _Blocks:
