@@ -26,9 +26,10 @@ Loss parity (`perf/parity.py`): every variant of ours records its per-step losse
 first) on the same initial weights (one seed) and the same batches as the row's reference (an FP8 row's is the
 bf16 row's where that ran), and is checked against it. Ours and the reference train on `perf/bench_llama`'s
 batches and learning rates (its `batches` and `lr_at`: rows of the bundled Wikipedia excerpt, 3e-5 after 10
-warm-up steps), not on the suite's pool of random rows at its constant 1e-3: there the 8B memorised its one
-batch (12.6 to 0.001 in three steps on one H200 at 24 blocks) or, on 4 ranks, jumped about (12.6, 10.6, 12.4),
-and two runs of the same eager reference parted by 4% (2026-11-27): per-step parity measured nothing.
+warm-up steps, `--lr-warmup` to change), not on the suite's pool of random rows at its constant 1e-3: there
+the 8B memorised its one batch (12.6 to 0.001 in three steps on one H200 at 24 blocks) or, on 4 ranks,
+jumped about (12.6, 10.6, 12.4), and two runs of the same eager reference parted by 4% (2026-11-27): per-step
+parity measured nothing.
 torchtitan draws its own weights (its init, its RoPE layout) and tokens (the suite's kind: random, one batch):
 its losses are recorded, checked only for a degenerate start.
 
@@ -40,6 +41,7 @@ shape. Prints a table last; writes $OUT/bench_throughput.json after each variant
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -91,9 +93,8 @@ def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, wor
                   activation_checkpointing=reference)  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
-    return workload.make_step(
-        args.mbs, 1, bench_llama.lr_at, bench_llama.batches(shape, args, device)
-    ), workload.backends
+    lr_at = functools.partial(bench_llama.lr_at, warmup=args.lr_warmup)
+    return workload.make_step(args.mbs, 1, lr_at, bench_llama.batches(shape, args, device)), workload.backends
 
 
 def import_torchtitan():
@@ -275,6 +276,10 @@ def main() -> int:
     ap.add_argument("--mbs", type=int, default=1, help="sequences per GPU per step")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--lr-warmup", type=int, default=10,
+        help="the learning rate's warm-up steps to 3e-5 (more: a gentler start; references spike less)",
+    )  # fmt: skip
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
@@ -295,6 +300,7 @@ def main() -> int:
         "seq": args.seq,
         "mbs": args.mbs,
         "layers": args.layers,
+        "lr_warmup": args.lr_warmup,
         "runs": {},
     }
     say = print if rank == 0 else (lambda *a, **k: None)

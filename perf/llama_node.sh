@@ -5,7 +5,8 @@
 #   hf      perf/bench_llama.py: the Hugging Face peer (BF16) against ours in BF16 and native FP8 (the fastest
 #           FP8 mode: fused FP8 MLP, FP8 all-gather, Triton AdamW), blocks kept gathered, one micro-batch a step
 #   titan   perf/bench_throughput.py --layers 32: ours against torchtitan's Llama 3.1 8B in BF16 and FP8 (its
-#           float8), same shape, both resharding after forward (torchtitan's default)
+#           float8), same shape, both resharding after forward (torchtitan's default); PEERS, TITAN_STEPS (timed
+#           steps, default 6), LR_WARMUP (the parity schedule's warm-up, default 10), MBS (rows a GPU, default 1)
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
 #           (ACCUM_VARIANTS, default ours-fp8native-keep; ACCUM_REFERENCE, the parity reference, default the
 #           bench's; on 80 GB cards add -synceach to both: the float32 gradients held between micro-batches
@@ -31,7 +32,8 @@ if [[ " ${stages} " == *" hf "* ]]; then
 fi
 if [[ " ${stages} " == *" titan "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_throughput --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
-    --peers ours,titan --steps 6 --warmup 2 --profile "${profile}" 2>&1 | tee "${out}/bench_throughput.log" || status=1
+    --peers "${PEERS:-ours,titan}" --steps "${TITAN_STEPS:-6}" --warmup 2 --lr-warmup "${LR_WARMUP:-10}" \
+    --mbs "${MBS:-1}" --profile "${profile}" 2>&1 | tee "${out}/bench_throughput.log" || status=1
 fi
 if [[ " ${stages} " == *" accum "* ]]; then
   mkdir -p "${out}/accum"

@@ -14,14 +14,14 @@ def test_bench_tiny_runs_and_writes_json(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "perf.bench_throughput", "--tiny", "--steps", "2", "--warmup", "1",
            "--no-compile", "--rows", "llama8b-bf16,llama8b-fp8,mistral-bf16",
-           "--profile", "2"]  # fmt: skip
+           "--profile", "2", "--lr-warmup", "50"]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**env(), "OUT": str(tmp_path)}, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_throughput.json").read_text())
     runs = result["runs"]
-    assert result["world_size"] == 2 and result["seq"] == 64
+    assert result["world_size"] == 2 and result["seq"] == 64 and result["lr_warmup"] == 50
     for row in ("llama8b-bf16", "mistral-bf16"):
         ours = runs[f"{row}:ours"]
         assert ours["tokens_per_s_per_gpu"] > 0 and ours["tflops_per_gpu"]["amd"] > 0
