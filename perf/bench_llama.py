@@ -17,7 +17,8 @@ HF: eager, as its own loss, torch's fused AdamW and clip_grad_norm_). FP8 (the b
 torchao float8 (`fp8`: tensorwise, FP8 all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP
 fused (`FusedFp8MLP`) unless `-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is
 forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
-the largest max_memory_allocated over ranks. Model FLOPs count (printed with the results):
+the largest max_memory_allocated over ranks, of the steps after the first (the first's apart:
+`first_step_peak_gib`). Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
 gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
@@ -45,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from perf import curve_parity, parity
-from perf.timing import matmul_peak, print_profile, time_steps, versions
+from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versions
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import optim, parallel
 from training.llama.build import build_llama
@@ -178,8 +179,10 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.reset_accumulated_memory_stats()
     t0 = time.perf_counter()
-    step()  # the first step compiles
+    step()  # the first step compiles (native FP8 calibrates first)
     first_step_s = time.perf_counter() - t0
+    first_peak = torch.tensor(take_peak(device), device=device)  # `peak_gib` is the later steps'
+    dist.all_reduce(first_peak, op=dist.ReduceOp.MAX)
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile:
@@ -203,6 +206,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "tokens_per_s_per_gpu": tokens_per_gpu,
         "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
         "peak_gib": float(peak),
+        "first_step_peak_gib": float(first_peak),
         "alloc_retries": int(retries),
         "first_step_s": first_step_s,
         "first_loss": float(losses[0]),

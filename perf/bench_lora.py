@@ -65,7 +65,7 @@ from pathlib import Path
 import torch
 
 from perf import curve_parity, parity
-from perf.timing import matmul_peak, print_profile, time_steps, versions
+from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versions
 from training.llama import parallel
 from training.llama.model import PRESETS, LlamaShape, cross_entropy
 from training.llama.parallel import Parallelism
@@ -349,10 +349,7 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     t0 = time.perf_counter()
     run()  # compiles (and, native FP8, calibrates first: `training.fp8.calibrate`)
     first_s = time.perf_counter() - t0
-    first_peak = 0.0
-    if device.type == "cuda":  # the first step's own peak; `peak_gib` is the later steps'
-        first_peak = torch.cuda.max_memory_allocated() / 2**30
-        torch.cuda.reset_peak_memory_stats()
+    first_peak = take_peak(device)  # `peak_gib` is the later steps'
     if model is not None and (device.type == "cuda" or mesh is not None):  # the memory of one step
         info.update(memory_step(run, model, device))
     times = time_steps(run, args.warmup, args.steps, device)

@@ -39,6 +39,17 @@ def time_steps(step, warmup: int, steps: int, device: torch.device, host: list |
     return times
 
 
+def take_peak(device: torch.device) -> float:
+    """The GPU memory allocated at its highest since the last reset, GiB (0 on the CPU), and a reset: a
+    bench's first step (compiling; native FP8 calibrating first, `training.fp8.calibrate`) is read apart from
+    the steps after it, whose peak is the run's steady one."""
+    if device.type != "cuda":
+        return 0.0
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
 def matmul_peak(device: torch.device) -> float | None:
     """This GPU's bf16 matmul rate on an 8192^3 product, TFLOP/s (None on the CPU)."""
     if device.type != "cuda":
