@@ -389,3 +389,24 @@ def test_calibration_recomputes_every_block():
     calibrating = saved_bytes(model, pass_through_calibrate=True)
     assert calibrating < kept / 2, (calibrating, kept)
     assert not any(block.checkpointed or block.random for block in model.layers)
+
+
+def test_local_data_unwraps_torchaos_fp8_all_gather_weight():
+    """torchao's FP8 all-gather wraps each weight in `WeightWithDynamicFloat8CastTensor`, a wrapper subclass
+    with no storage of its own (`data_ptr()` 0): our Triton AdamW, handed it, read address 0 (the illegal
+    memory access of `ours-torchao` on 4 x H200). `local_data` gives the tensor inside, and an in-place
+    update through it is the weight's."""
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_training_tensor import LinearMMConfig
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    from training.fp8.gather import local_data
+
+    inner = torch.randn(8, 4)
+    weight = nn.Parameter(WeightWithDynamicFloat8CastTensor(inner, LinearMMConfig(), torch.float8_e4m3fn))
+    assert weight.data_ptr() == 0  # what a kernel would have read
+    assert local_data(weight) is inner and local_data(weight).data_ptr() != 0
+    local_data(weight).add_(1.0)
+    assert torch.equal(weight._tensor, inner)
+    plain = torch.randn(3)
+    assert local_data(plain) is plain

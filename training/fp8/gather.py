@@ -9,6 +9,8 @@ this file knows no module class, so that the FP8 layers can import it.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
@@ -109,10 +111,16 @@ class _Fp8GatheredWeight(torch.Tensor):
 
 
 def local_data(t: torch.Tensor) -> torch.Tensor:
-    """The plain tensor under a DTensor (its local shard) and under an `_Fp8GatheredWeight`."""
+    """The plain tensor under a DTensor (its local shard), under an `_Fp8GatheredWeight` and under torchao's
+    FP8 all-gather wrapper (`WeightWithDynamicFloat8CastTensor`, its `_tensor`: a wrapper subclass has no
+    storage of its own, `data_ptr()` 0, and a Triton kernel handed it read address 0: the illegal memory
+    access of `ours-torchao` on 4 x H200, 2026-11-27)."""
     if isinstance(t, DTensor):
         t = t._local_tensor
-    return t._data if isinstance(t, _Fp8GatheredWeight) else t
+    if isinstance(t, _Fp8GatheredWeight):
+        return t._data
+    torchao = sys.modules.get("torchao.float8.fsdp_utils")  # (not imported: no such tensor exists)
+    return t._tensor if torchao and isinstance(t, torchao.WeightWithDynamicFloat8CastTensor) else t
 
 
 def gather_weights_in_fp8(modules: list[nn.Module]) -> int:
