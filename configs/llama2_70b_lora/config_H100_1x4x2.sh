@@ -4,8 +4,10 @@
 # Memory: every block recomputed, as the parent (issue 38's run on 4 x H100, 80 blocks, native FP8: the H200
 # config's ACL=40 ran out of memory, every block recomputed ran at 1,692 tokens/s per GPU, 1,661 on 2026-11-27).
 # The bench on 4 x H100 (2026-11-27, perf/RESULTS.md): ACL=76 fits (peak 63.8 GiB against 52.6) but ran no
-# faster than 80 (4.526 against 4.544 s a step, within its spread); 72 and 64 ran out of memory (the bench runs
-# without expandable segments, so the trainer might fit 72: not run).
+# faster than 80 (4.526 against 4.544 s a step, within its spread); 72 and 64 ran out of memory. Those peaks
+# were the first step's FP8 calibration pass, which then kept every block's bf16 activations and now
+# recomputes them: on 4 x H200 a kept block then costs 1.41 GiB (perf/RESULTS.md, sixth session), which puts
+# ACL 64 near 47.8 + 16 x 1.41 = 70 GiB here. Not re-run on H100: 80 stays until a run shows a lower ACL faster.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H100_1x8x1.sh
