@@ -264,13 +264,13 @@ def gathered_bytes(blocks: list[torch.nn.Module]) -> int:
 def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     """One step watched: what its forward leaves for the backward (GPU), and, each time the backward reaches a
     block (its output's gradient arrives: every later block's backward has run), the all-gathered weights
-    still allocated and (GPU) all memory allocated. Where a kept block's backward left its gathered weights,
-    they pile up towards block 0 (the question of perf/RESULTS.md's fifth session: on 4 x H200 the peak grew
-    3.25 GiB a kept block where the forward kept 1.41). On GPUs also where in the step the peak fell: the
-    allocator's peak is read and reset at each mark (a block's forward starting and ending, the model's
-    forward ending, the backward reaching a block, the step ending), so each stretch between two marks has
-    its own peak (`peak_between`: the largest, and the marks around it). A block's forward after the model's
-    is its recompute in the backward."""
+    still allocated and (GPU) all memory allocated: where a kept block's backward left its gathered weights,
+    they would pile up towards block 0 (perf/RESULTS.md's fifth session asked; on 4 x H200 they did not, and
+    the 3.25 GiB a kept block was the first step's calibration pass: sixth session). On GPUs also where in the
+    step the peak fell: the allocator's peak is read and reset at each mark (a block's forward starting and
+    ending, the model's forward ending, the backward reaching a block, the step ending), so each stretch
+    between two marks has its own peak (`peak_between`: the largest, and the marks around it). A block's
+    forward after the model's is its recompute in the backward."""
     from training.throughput.run import memory_at_forward_end
 
     blocks, reached = list(getattr(model, "layers", [])), {}
