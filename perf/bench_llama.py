@@ -181,16 +181,14 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     t0 = time.perf_counter()
     step()  # the first step compiles (native FP8 calibrates first)
     first_step_s = time.perf_counter() - t0
-    first_peak = torch.tensor(take_peak(device), device=device)  # `peak_gib` is the later steps'
-    dist.all_reduce(first_peak, op=dist.ReduceOp.MAX)
+    first_peak = take_peak(device)  # `peak_gib` is the later steps'
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile:
         print_profile(step, steps=2, top=30, show=dist.get_rank() == 0, title=f"{variant}, rank 0:")
-    peak = torch.tensor(
-        torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0, device=device
-    )
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    peaks = torch.tensor([first_peak, take_peak(device)], device=device)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    first_peak, peak = peaks.tolist()
     retries = torch.tensor(  # the caching allocator freeing cached blocks to satisfy one (a device sync)
         torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else 0,
         device=device,

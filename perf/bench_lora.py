@@ -358,7 +358,7 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
     ms = statistics.median(times)
     tokens_per_s = seq / ms * 1e3
     flops = shape.lora_flops_per_token(seq, info["adapters"])
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    peak = take_peak(device)
     if mesh is not None:  # the slowest rank's time and the largest peaks
         both = torch.tensor([ms, peak, first_peak], dtype=torch.float64, device=device)
         torch.distributed.all_reduce(both, torch.distributed.ReduceOp.MAX)

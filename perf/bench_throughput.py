@@ -236,15 +236,14 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
     t0 = time.perf_counter()
     step()  # the first step compiles (native FP8 calibrates first)
     first_s = time.perf_counter() - t0
-    first_peak = torch.tensor(take_peak(device), device=device)  # `peak_gib` is the later steps'
-    dist.all_reduce(first_peak, op=dist.ReduceOp.MAX)
+    first_peak = take_peak(device)  # `peak_gib` is the later steps'
     times = time_steps(step, args.warmup, args.steps, device)
     step()
     if args.profile:
         print_profile(step, steps=2, top=args.profile, show=dist.get_rank() == 0, title=f"{row}:{variant}:")
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-    peak = torch.tensor(peak, device=device)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    peaks = torch.tensor([first_peak, take_peak(device)], device=device)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    first_peak, peak = peaks.tolist()
     ms = statistics.median(times)
     tokens = args.mbs * shape.max_seq_length / ms * 1e3
     seq = shape.max_seq_length

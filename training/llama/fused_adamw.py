@@ -90,16 +90,17 @@ class TritonAdamW(torch.optim.Optimizer):
                 state = self.state[p]
                 weights, grad = local_data(p), local_data(p.grad)
                 param = state.get("master", weights)
-                for t in (weights, grad):  # a kernel handed a wrapper reads address 0: an illegal access
-                    if t.numel() and (type(t) not in (torch.Tensor, torch.nn.Parameter) or not t.data_ptr()):
-                        raise ValueError(f"TritonAdamW takes plain tensors, not a {type(t).__name__} "
-                                         f"{tuple(t.shape)} (no storage of its own)")  # fmt: skip
                 if param.dtype != torch.float32 or not (param.is_contiguous() and grad.is_contiguous()):
                     raise ValueError(
                         f"TritonAdamW takes contiguous float32 parameters and gradients, not {param.dtype} "
                         f"{tuple(param.shape)} (contiguous: {param.is_contiguous()}, {grad.is_contiguous()})"
                     )
-                if "step" not in state:
+                if "step" not in state:  # (a parameter's kind does not change: checked once)
+                    for t in (weights, grad):  # a kernel handed a wrapper reads address 0: an illegal access
+                        plain = type(t) in (torch.Tensor, torch.nn.Parameter) and t.data_ptr()
+                        if t.numel() and not plain:
+                            raise ValueError(f"TritonAdamW takes plain tensors, not a {type(t).__name__} "
+                                             f"{tuple(t.shape)} (no storage of its own)")  # fmt: skip
                     state["step"] = 0
                     state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
                 state["step"] += 1
