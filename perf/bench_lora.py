@@ -182,7 +182,7 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
     adapters = sum(p.numel() for p in step.params)
     return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "model": model,
                  "ac": applied["activation_checkpointing"], "optimizer": impl, "lora": applied["lora"],
-                 "data_parallel": applied["data_parallel"]}  # fmt: skip
+                 "data_parallel": applied["data_parallel"], "attention": applied["attention"]}  # fmt: skip
 
 
 def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
@@ -237,7 +237,7 @@ def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
 
     adapters = sum(p.numel() for p in params)  # (global counts: DTensors report the full shape)
     return run, {"adapters": adapters, "losses": losses, "fp8": "off", "data_parallel": sharded,
-                 "ac": "gradient checkpointing" if "ac" in modes else "off"}  # fmt: skip
+                 "ac": "gradient checkpointing" if "ac" in modes else "off", "attention": "sdpa"}  # fmt: skip
 
 
 def gathered_bytes(blocks: list[torch.nn.Module]) -> int:
@@ -282,6 +282,7 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
         allocated = torch.cuda.memory_allocated(device) / 2**30 if gpu else None
         return gathered_bytes(blocks) / 2**30, allocated
 
+    @torch.compiler.disable  # called from compiled blocks' hooks: each label would be a recompile of its own
     def mark(label: str) -> None:
         if gpu:
             marks.append((label, torch.cuda.max_memory_allocated(device) / 2**30))

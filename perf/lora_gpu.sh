@@ -16,7 +16,7 @@
 #           (prepare_data.sh --sample --one-per-row: GovReport's layout, not here), evaluations after 8 steps and every 4 after (so tracked_stats are
 #           logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer than 8 H200s BF16 recomputes the first
 #           64 blocks (ACL=64: its 40 ran out of memory on 4 x H200 on packed rows; not run on the dense batch);
-#           native FP8 runs the config's ACL (30 on 4 x H200: 2,338 tokens/s/GPU).
+#           native FP8 runs the config's ACL (24 on 4 x H200: 2,436 tokens/s/GPU).
 # Prints the tracked_stats of each run beside the peer and a projected time to train on 8 GPUs (the RCP's
 # mean samples to converge over the per-GPU throughput x 8, plus the evaluations on 173 rows at the measured
 # evaluation speed). OVERRIDES="VAR=value ..." are appended to the config. Host tunables are not touched.

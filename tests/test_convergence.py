@@ -53,7 +53,7 @@ def test_the_mode_is_what_the_config_asks_and_the_reference_is_plain():
     assert (
         reference["PRECISION"] == "bf16" and reference["COMPILE"] == "0" and reference["ATTENTION"] == "sdpa"
     )
-    assert mode["PRECISION"] == "fp8" and mode["ACL"] == "20" and mode["LORA_KERNEL"] == "auto"
+    assert mode["PRECISION"] == "fp8" and mode["ACL"] == "14" and mode["LORA_KERNEL"] == "auto"
     assert "MINIBS" not in mode and "LR" not in mode  # sizes and schedule are not the mode's
     with pytest.raises(convergence.CheckError, match="--set LORA_RANKK=4"):
         convergence.modes(lora, None, ["LORA_RANKK=4"], gpu=True)

@@ -3,11 +3,12 @@
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
 # Memory, measured on 4 x H200 with all 80 blocks (perf/lora_gpu.sh, perf/RESULTS.md, 2026-11-27): each GPU
 # holds twice the frozen weights of the 8-GPU run. Native FP8 on GovReport's layout (one example a row, the
-# dense batch) ran at ACL=30: 2,338 tokens/s per GPU, 2.04x HF + peft on the same machine; the bench at ACL=30
-# peaked at 118.2 GiB (a kept block adds 1.41 GiB: its forward's saved tensors). Before, the FP8 calibration
-# pass (eager, bf16) set the peak at 3.25 GiB a kept block: ACL 54 ran out of memory there and 59 ran (2,085);
-# that pass now recomputes every block (training/fp8 `calibrate`, 2026-11-27, sixth session). PRECISION=bf16
-# needed ACL=64 on packed rows; on the dense batch it was not run.
+# dense batch) ran at ACL=24: 2,436 tokens/s per GPU with FlashAttention-4 (2,366 with SDPA, one call before),
+# 2.15x HF + peft in the same call, peaking at 126.8 GiB of 139.8 (the trainer's line; the bench alike: a kept
+# block adds 1.41 GiB, its forward's saved tensors); ACL=30 ran 2,338 (sixth session). Before, the
+# FP8 calibration pass (eager, bf16) set the peak at 3.25 GiB a kept block: ACL 54 ran out of memory there and
+# 59 ran (2,085); that pass now recomputes every block (training/fp8 `calibrate`, 2026-11-27, sixth session).
+# PRECISION=bf16 needed ACL=64 on packed rows; on the dense batch it was not run.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H200_1x8x1.sh
@@ -15,6 +16,6 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/config_H200_1x8x1.sh"
 CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
 DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_} DGXNNODES=1 DGXNGPU=4 MINIBS=2 WALLTIME=90
-export ACL=30  # measured (above); the 8-GPU parent's 20 is derived from this run
+export ACL=24  # measured (above); the 8-GPU parent's 14 is derived from this run
 # the caching allocator's expandable segments: the runs above used them (fragmentation at 141 GB of 141)
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

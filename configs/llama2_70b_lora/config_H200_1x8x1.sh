@@ -1,12 +1,13 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 H200: NVIDIA's v4.1 schedule (config_DGXH200_1x8x2xtp1pp1cp2.sh: LR 5e-4 over 896 steps) without its context parallelism.
-# Not yet run on 8 GPUs by this toolkit. On 4 x H200 (twice the weights per GPU) native FP8 ran at ACL=30 on
-# GovReport's layout (2,338 tokens/s per GPU, 2.04x HF + peft on the same machine; the bench's peak 118.2 GiB;
-# perf/RESULTS.md, 2026-11-27, sixth session). ACL on 8 GPUs, derived from that measurement: each GPU holds
-# 17.2 GB less of the bf16 frozen base (69.0e9 x 2 bytes / 8 instead of / 4: 16.1 GiB freed); a block kept
-# rather than recomputed adds 1.41 GiB (the 4 x H200 bench: its forward left 14.4 GiB at ACL 80, 84.9 at 30);
-# so ACL=20 peaks about 118.2 - 16.1 + 10 x 1.41 = 116.2 GiB, below the 4-GPU run. Not run: a first 8-GPU run
-# should confirm it (an out-of-memory error names ACL; 30 is the fallback).
+# Not yet run on 8 GPUs by this toolkit. On 4 x H200 (twice the weights per GPU) native FP8 ran at ACL=24 on
+# GovReport's layout (2,436 tokens/s per GPU with FlashAttention-4, 2.15x HF + peft in the same call; its peak
+# 126.8 GiB of 139.8, the trainer's own line; perf/RESULTS.md, 2026-11-27, seventh session). ACL on 8 GPUs,
+# derived from that measurement: each GPU holds 17.2 GB less of the bf16 frozen base (69.0e9 x 2 bytes / 8
+# instead of / 4: 16.1 GiB freed); a block kept rather than recomputed adds 1.41 GiB (the 4 x H200 bench: its
+# forward left 14.4 GiB at ACL 80, 84.9 at 30); so ACL=14 peaks about 126.8 - 16.1 + 10 x 1.41 = 124.8 GiB,
+# 2 GiB below the 4-GPU run. Not run: a first 8-GPU run should confirm it (an out-of-memory error names ACL;
+# 24 is the fallback).
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora
@@ -23,5 +24,5 @@ export MINIBS=1 MBS=1 LR=0.0005 MAX_STEPS=896 SKIP_EVALS=3 VAL_CHECK_INTERVAL=38
 # on text (at most 0.88% at 4, 12 and 20 blocks) and passes the convergence check; memorising one row it falls
 # ~25% less in 6 steps, as torchao's FP8 does (per-tensor FP8's own); PRECISION=bf16 is the checked alternative.
 export PRECISION=fp8 FP8_BACKEND=auto FP8_PARAM_GATHER=1 WARMUP=1 WARMUP_TRAIN_STEPS=5
-export ACTIVATION_CHECKPOINTING=1 ACL=20  # 141 GB per GPU: the first 20 blocks recomputed (derived above)
+export ACTIVATION_CHECKPOINTING=1 ACL=14  # 141 GB per GPU: the first 14 blocks recomputed (derived above)
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=H200

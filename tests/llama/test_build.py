@@ -145,3 +145,49 @@ def test_the_lora_benchmark_with_fp8_weights_builds_a_model_that_computes(monkey
         assert torch.equal(model.norm.weight, torch.ones_like(model.norm.weight))
         losses.append(first_losses(model, steps=1)[0])
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)  # (the bug: 3.5e-4 off)
+
+
+
+def test_frozen_fp8_gathered_weights_are_measured_again_only_once_written(tmp_path, monkeypatch):
+    """LoRA's frozen base sharded by FSDP2 (one gloo rank) with FP8 all-gathers: `precompute_weight_scales`
+    (the FP8 hook `weights_changed`, run after every optimizer step) measures a frozen shard again only
+    once it was written, and the scales stay those of every shard measured."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from training.fp8 import gather
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = Llama(SHAPE)
+        model.init_weights()
+        model.to(torch.bfloat16)
+        features = parallel.Features(fp8=Fp8Settings("native", gather_in_fp8=True), lora=LORA)
+        fp8, applied = parallel.apply_features(model, None, features)
+        assert "FP8 all-gather of" in applied["fp8"]
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+        for block in model.layers:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        gathered = [m for m in model.modules() if getattr(m, "gathers_fp8", False)]
+        assert gathered and not any(m.weight.requires_grad for m in gathered)  # the frozen base
+
+        measured = []
+        norm = torch._foreach_norm
+        monkeypatch.setattr(torch, "_foreach_norm", lambda ts, *a: measured.append(len(ts)) or norm(ts, *a))
+        fp8.weights_changed(model)  # once the weights are set: every shard measured
+        assert measured == [len(gathered)]
+        fp8.weights_changed(model)  # as after an optimizer step: nothing frozen was written
+        assert measured == [len(gathered)]
+        with torch.no_grad():
+            gathered[1].weight.mul_(4.0)  # written in place (as a checkpoint's copy_): measured again, alone
+            gather.local_data(gathered[2].weight).mul_(0.5)  # its plain shard written
+        fp8.weights_changed(model)
+        assert measured == [len(gathered), 2]
+        for m in gathered:
+            want = scale_of(amax_of(gather.local_data(m.weight).float()), E4M3_MAX)
+            torch.testing.assert_close(m.w_scale, want, rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()
