@@ -57,8 +57,8 @@ def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
     assert all(len(r["losses"]) == 4 for r in runs.values())  # compile, warm-up, 2 timed (no GPU memory step)
     assert runs["ours-bf16"]["parity"]["ok"] and runs["peft-bf16"]["parity"]["ok"]
     # the attention backend each side ran (auto picks SDPA on the CPU), recorded beside its speed
-    assert runs["ours-bf16-ac-eager-torchdropout-sdpa"]["attention"] == runs["peft-bf16"]["attention"] == "sdpa"
-    assert runs["ours-bf16"]["attention"] == "sdpa"
+    attention = {name: r["attention"] for name, r in runs.items()}
+    assert set(attention.values()) == {"sdpa"}
     assert "| ours-bf16 |" in done.stdout and "ok (" in done.stdout
 
 

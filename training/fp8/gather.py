@@ -144,9 +144,9 @@ def precompute_weight_scales(model: nn.Module) -> None:
 
     A frozen weight's shard (LoRA's base) is measured again only when it was written since (a version
     counter moved, the parameter's or its plain shard's: a checkpoint's `copy_`; optimizers write only
-    trainable weights, some through Triton, which moves no counter): on 4 x H200 the norm over the 70B base's 34.5 GB a rank took 103 ms of a 3.5 s
-    LoRA step to find the same scales again (2026-11-27, seventh session). The all-reduce still takes every
-    weight's amax, so each rank may skip its own shards on its own."""
+    trainable weights, some through Triton, which moves no counter): the norm read the 70B base's 34.5 GB
+    a rank after every LoRA step to find the same scales again. The all-reduce still takes every weight's
+    amax, so each rank may skip its own shards on its own."""
     modules = [m for m in model.modules() if getattr(m, "gathers_fp8", False)]
     if not modules:
         return
@@ -162,8 +162,8 @@ def precompute_weight_scales(model: nn.Module) -> None:
              if w.requires_grad or getattr(m, "w_amax_of", None) != seen[i]]  # fmt: skip
     if stale:
         # (a rank's shard may be empty, which has no infinity norm: a 0 stands in)
-        found = torch._foreach_norm([shards[i] if shards[i].numel() else shards[i].new_zeros(1) for i in stale],
-                                    float("inf"))  # fmt: skip
+        parts = [shards[i] if shards[i].numel() else shards[i].new_zeros(1) for i in stale]
+        found = torch._foreach_norm(parts, float("inf"))
         for i, amax in zip(stale, found):
             modules[i].w_local_amax, modules[i].w_amax_of = amax.float(), seen[i]
     amax = torch.stack([m.w_local_amax for m in modules])
