@@ -285,8 +285,7 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     @torch.compiler.disable  # called from compiled blocks' hooks: each label would be a recompile of its own
     def mark(label: str) -> None:
         if gpu:
-            marks.append((label, torch.cuda.max_memory_allocated(device) / 2**30))
-            torch.cuda.reset_peak_memory_stats(device)
+            marks.append((label, take_peak(device)))
 
     def starts(i: int):
         return lambda module, args: mark(f"{phase[0]} of block {i} starts")

@@ -145,8 +145,8 @@ def precompute_weight_scales(model: nn.Module) -> None:
     A frozen weight's shard (LoRA's base) is measured again only when it was written since (a version
     counter moved, the parameter's or its plain shard's: a checkpoint's `copy_`; optimizers write only
     trainable weights, some through Triton, which moves no counter): the norm read the 70B base's 34.5 GB
-    a rank after every LoRA step to find the same scales again. The all-reduce still takes every weight's
-    amax, so each rank may skip its own shards on its own."""
+    a rank (4 GPUs) after every LoRA step to find the same scales again. The all-reduce still takes every
+    weight's amax, so each rank may skip its own shards on its own."""
     modules = [m for m in model.modules() if getattr(m, "gathers_fp8", False)]
     if not modules:
         return
