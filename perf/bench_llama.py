@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node=4 -m perf.bench_llama [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
         [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
-        [--reference ours-bf16-eager-torchadamw]
+        [--reference ours-bf16-eager-torchadamw]     (variant modifiers: --help)
     torchrun --nproc_per_node=2 -m perf.bench_llama --tiny        # CPU (gloo) smoke test of this script
 
 Full Llama 3.1 8B (ours: training.llama.model.Llama through the trainer's own features and step,
@@ -50,7 +50,14 @@ from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versi
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import optim, parallel
 from training.llama.build import build_llama
-from training.llama.model import MLP, PRESETS, LlamaShape, compiled_cross_entropy, cross_entropy
+from training.llama.model import (
+    MLP,
+    PRESETS,
+    LlamaShape,
+    choose_attention,
+    compiled_cross_entropy,
+    cross_entropy,
+)
 from training.llama.step import Step, train_step
 
 TINY = LlamaShape(
@@ -87,7 +94,8 @@ def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw", "synceach"}
+    known = {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw", "synceach", "flash4"}
+    unknown = set(modes) - known
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
@@ -114,7 +122,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         reshard_after_forward="keep" not in modes,
     )
     if ours:  # the trainer's build: its features, in the trainer's order
-        model, fp8, _ = build_llama(shape, "sdpa", device, mesh, features)
+        attention = choose_attention("flash4", device) if "flash4" in modes else "sdpa"  # (a clear error)
+        model, fp8, _ = build_llama(shape, attention, device, mesh, features)
     else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing
         model = build_hf(shape)
         init_first = device.type != "cuda"  # as `build_llama`: on the CPU the full weights, then shards
@@ -211,6 +220,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "last_loss": float(losses[-1]),
         "losses": parity.as_floats(losses),
         "compiled": compiled,
+        "attention": model.layers[0].self_attn.backend if ours else "sdpa",
         "fp8": fp8.description,
         "optimizer": adamw,
         "compute": "bf16" if device.type == "cuda" else "fp32 (CPU smoke test)",
@@ -250,6 +260,7 @@ def main() -> int:
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
         "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
         "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch; "
+        "flash4: ours with FlashAttention-4, ATTENTION=flash4 (else PyTorch's SDPA); "
         "synceach: with --accum, gradients reduce-scattered after every micro-batch, "
         "REDUCE_EACH_MICRO_BATCH=1)",
     )

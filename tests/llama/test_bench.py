@@ -54,6 +54,7 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         assert 5.5 < r["first_loss"] < 7.0  # ~ln(512) from a random init on random tokens
         assert r["first_loss"] == pytest.approx(hf["first_loss"], rel=1e-5)  # the same weights and batch
         assert r["parity"]["ok"] and len(r["losses"]) == 1 + 1 + 2 + 2  # compile, warm-up, timed, profiled
+    assert ours["attention"] == hf["attention"] == "sdpa"  # (`-flash4` picks FlashAttention-4: GPUs only)
     assert each["losses"] == pytest.approx(ours["losses"], rel=1e-5)  # a reduction per micro-batch: same
     assert result["runs"]["ours-fp8"] == {"skipped": "torchao's FP8 needs a GPU"}
     assert result["runs"]["ours-fp8native"]["parity"]["tolerance"] == 0.05
