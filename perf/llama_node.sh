@@ -10,7 +10,7 @@
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
 #           (ACCUM_VARIANTS, default ours-fp8native-keep; ACCUM_REFERENCE, the parity reference, default the
 #           bench's; on 80 GB cards add -synceach to both: the float32 gradients held between micro-batches
-#           and the kept blocks do not fit there)
+#           and the kept blocks do not fit there; -flash4: ours with FlashAttention-4)
 #   runner  perf/llama_gpu.sh SIZE=8b: the 8B trainer through run_with_docker.sh with config_H200_1x8x1_8b.sh
 #           adapted to the GPUs; its tracked_stats to set beside the bench's
 # PROFILE=N (default 0): the benches also print each variant's top GPU kernels (N of them in bench_throughput).
