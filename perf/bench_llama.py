@@ -121,8 +121,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         param_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
         reshard_after_forward="keep" not in modes,
     )
+    # ours: SDPA unless `-flash4` (a clear error where FlashAttention-4 cannot run); the peer: HF's "sdpa"
+    attention = choose_attention("flash4", device) if ours and "flash4" in modes else "sdpa"
     if ours:  # the trainer's build: its features, in the trainer's order
-        attention = choose_attention("flash4", device) if "flash4" in modes else "sdpa"  # (a clear error)
         model, fp8, _ = build_llama(shape, attention, device, mesh, features)
     else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing
         model = build_hf(shape)
@@ -220,7 +221,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "last_loss": float(losses[-1]),
         "losses": parity.as_floats(losses),
         "compiled": compiled,
-        "attention": model.layers[0].self_attn.backend if ours else "sdpa",
+        "attention": attention,
         "fp8": fp8.description,
         "optimizer": adamw,
         "compute": "bf16" if device.type == "cuda" else "fp32 (CPU smoke test)",
