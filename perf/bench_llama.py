@@ -40,25 +40,20 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from perf import curve_parity, parity
+from perf.lib import variants
 from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versions
-from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
+from training.fp8 import apply_fp8
 from training.llama import optim, parallel
-from training.llama.build import build_llama
-from training.llama.model import (
-    MLP,
-    PRESETS,
-    LlamaShape,
-    choose_attention,
-    compiled_cross_entropy,
-    cross_entropy,
-)
-from training.llama.step import Step, train_step
+from training.llama.build import build_run
+from training.llama.model import PRESETS, LlamaShape, cross_entropy
+from training.llama.step import train_step
 
 TINY = LlamaShape(
     num_layers=2,
@@ -94,40 +89,31 @@ def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    known = {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw", "synceach", "flash4"}
-    unknown = set(modes) - known
+    unknown = set(modes) - set(variants.LLAMA_MODIFIERS)
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
     sync_each = "synceach" in modes
-    fp8_on = precision in ("fp8", "fp8native")
     if precision == "fp8" and device.type != "cuda":
         return {"skipped": "torchao's FP8 needs a GPU"}
     torch.manual_seed(0)
+    world = dist.get_world_size()
+    layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
+    spec = variants.llama_variant(variants.llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
     ours = kind == "ours"
-    fp8_settings = None
-    if fp8_on:
-        fp8_settings = Fp8Settings(
-            backend="native" if precision == "fp8native" else "torchao",
-            gather_in_fp8=mesh is not None and "bf16gather" not in modes,
-            fuse_mlp=MlpLayout(MLP, "up_proj", "down_proj", "gate_proj")
-            if ours and "unfused" not in modes
-            else None,
-        )
-    features = parallel.Features(
-        fp8=fp8_settings,
-        activation_checkpointing=args.ac and ours,
-        compile=compiled,
-        param_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-        reshard_after_forward="keep" not in modes,
-    )
-    # ours: SDPA unless `-flash4` (a clear error where FlashAttention-4 cannot run); the peer: HF's "sdpa"
-    attention = choose_attention("flash4", device) if ours and "flash4" in modes else "sdpa"
-    if ours:  # the trainer's build: its features, in the trainer's order
-        model, fp8, _ = build_llama(shape, attention, device, mesh, features)
-    else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing
+    if ours:  # the trainer's build, features and step (`training.llama.step.train_step`: its loss, compiled
+        # with the blocks, and its clip, folded into the fused AdamW)
+        model, trainer_step, applied = build_run(spec, device, mesh, layout)
+        fp8, attention, adamw = applied.fp8, applied.attention, applied.optimizer
+    else:  # the peer: the same sharding and FP8 swap, Hugging Face's own activation checkpointing, what a
+        # user of its model writes: its float32 cross-entropy, torch's fused AdamW and clip_grad_norm_
+        fp8_settings = spec.features.fp8
+        if fp8_settings is not None:  # its MLPs linear by linear; FP8 all-gathers where FSDP2 shards
+            gather = fp8_settings.gather_in_fp8 and mesh is not None
+            fp8_settings = replace(fp8_settings, fuse_mlp=None, gather_in_fp8=gather)
+        param_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         model = build_hf(shape)
-        init_first = device.type != "cuda"  # as `build_llama`: on the CPU the full weights, then shards
+        init_first = device.type != "cuda"  # as `build_run`: on the CPU the full weights, then shards
         if init_first:
             model.to_empty(device=device)
             initialize_hf(model, shape, device)
@@ -135,30 +121,21 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         if args.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         parallel.apply_compile(model, compiled)
-        parallel.apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
+        parallel.apply_fsdp(model, mesh, param_dtype, spec.features.reshard_after_forward)
         if not init_first:
             model.to_empty(device=device)
             initialize_hf(model, shape, device)
         fp8.weights_changed(model)
-    model.train()
-    # ours: the trainer's AdamW (in Triton where it runs); the peer and `-torchadamw`: torch's fused AdamW
-    adamw = "auto" if ours and "torchadamw" not in modes else "torch"
-    optimizer, adamw = optim.build_optimizer(
-        model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl=adamw
-    )
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+        model.train()
+        optimizer, adamw = optim.build_optimizer(
+            model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl="torch"
+        )
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        attention = "sdpa"
+        autocast = contextlib.nullcontext()
+        if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
+            autocast = torch.autocast("cuda", torch.bfloat16)
     it, losses = iter(batches(shape, args, device) * 100_000), []
-    autocast = contextlib.nullcontext()
-    if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
-        autocast = torch.autocast("cuda", torch.bfloat16)
-    world = dist.get_world_size()
-    layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
-    # ours: the trainer's own step (`training.llama.step.train_step`: its loss, compiled with the blocks, and
-    # its clip, folded into the fused AdamW); the peer: what a user of Hugging Face's model writes, its
-    # float32 cross-entropy and torch's clip_grad_norm_
-    loss_fn = compiled_cross_entropy if compiled else cross_entropy
-    trainer_step = Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,
-                        sync_each_micro_batch=sync_each)  # fmt: skip
 
     def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(b[:, :-1], b[:, 1:]) for b in (next(it) for _ in range(args.accum))]

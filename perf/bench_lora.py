@@ -65,11 +65,12 @@ from pathlib import Path
 import torch
 
 from perf import curve_parity, parity
+from perf.lib import variants
 from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versions
-from training.llama import parallel
+from training.llama.build import build_run
 from training.llama.model import PRESETS, LlamaShape, cross_entropy
 from training.llama.parallel import Parallelism
-from training.llama.step import Step, train_step
+from training.llama.step import train_step
 
 TINY = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
                   vocab_size=256, max_seq_length=64, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
@@ -130,48 +131,9 @@ def steps_run(args) -> int:
 
 
 def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:
-    from training.llama2_70b_lora import model as lora_model
-    from training.llama2_70b_lora.config import LoraConfig
-
-    ac = [m for m in modes if m.startswith("ac")]
-    env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1", "LR": "4e-4",
-           "MAX_SEQLEN": str(seq), "NUM_LAYERS": str(shape.num_layers),
-           "COMPILE": str(int("eager" not in modes)),
-           "FP8_BACKEND": "torchao" if "fp8torchao" in modes else "native",
-           "PRECISION": "fp8" if modes[0].startswith("fp8") else "bf16",
-           "ACTIVATION_CHECKPOINTING": str(int(bool(ac))),
-           "FP8_WEIGHTS": str(int("fp8w" in modes)),
-           "AC_KEEP_ATTENTION": str(int("keepattn" in modes)),
-           "ATTENTION": next((a for a in ("flash4", "sdpa") if a in modes), "auto"),
-           "FP8_CASTS": "pytorch" if "pytorchcasts" in modes else "auto",
-           "LORA_KERNEL": "pytorch" if "torchdropout" in modes else "auto"}  # fmt: skip
-    if ac and ac[0] != "ac":
-        env["ACL"] = ac[0][2:]
-    if device.type != "cuda":
-        env.update(PRECISION="fp32", COMPILE="0")
-    cfg = LoraConfig.from_env(env)
-    original, compile_blocks = lora_model.model_shape, parallel.apply_compile
-    lora_model.model_shape = lambda cfg: shape  # the tiny shape on CPU; the 70B preset's otherwise
-    if "ckptinside" in modes:  # FP8 blocks compiled together with their checkpoint, as BF16 blocks are
-        parallel.apply_compile = lambda model, enabled, outside=False: compile_blocks(model, enabled)
-    try:
-        par = cfg.parallelism(world)
-        model, fp8, applied = lora_model.build_model(cfg, par, mesh, device, cfg.requested_precision()
-                                                     if device.type == "cuda" else "fp32")  # fmt: skip
-    finally:
-        lora_model.model_shape, parallel.apply_compile = original, compile_blocks
-    from training.llama import optim
-    from training.llama.model import compiled_cross_entropy
-
-    optimizer, impl = optim.build_optimizer(
-        model, 4e-4, (0.9, 0.999), 1e-8, 1e-4, fused=device.type == "cuda"
-    )
-    autocast = contextlib.nullcontext()  # (FSDP2 gathers bf16 weights; one GPU: autocast, as the trainer)
-    if device.type == "cuda" and applied["data_parallel"] == "off":
-        autocast = torch.autocast("cuda", torch.bfloat16)
-    step = Step(model, optimizer, Parallelism(world, 1, 1, 1, world, 1), device, mesh,
-                loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy, autocast=autocast, fp8=fp8,
-                clip_norm=0.3)  # fmt: skip
+    """The benchmark's own build and step (`build_run` of its config's run, the variant's settings)."""
+    spec = variants.lora_variant(variants.lora_run(shape), modes[0], modes[1:], device.type == "cuda")
+    model, step, applied = build_run(spec, device, mesh, Parallelism(world, 1, 1, 1, world, 1))
     rows = Rows(shape, seq, device, rank_of(mesh), world, args.text, steps_run(args))
     losses = []
 
@@ -180,9 +142,10 @@ def bench_ours(shape, seq, modes, device, args, mesh, world) -> tuple[callable, 
         losses.append(loss)
 
     adapters = sum(p.numel() for p in step.params)
-    return run, {"adapters": adapters, "losses": losses, "fp8": applied["fp8"], "model": model,
-                 "ac": applied["activation_checkpointing"], "optimizer": impl, "lora": applied["lora"],
-                 "data_parallel": applied["data_parallel"], "attention": applied["attention"]}  # fmt: skip
+    return run, {"adapters": adapters, "losses": losses, "fp8": applied.fp8.description, "model": model,
+                 "ac": applied.activation_checkpointing.description, "optimizer": applied.optimizer,
+                 "lora": applied.lora.description, "data_parallel": applied.data_parallel.description,
+                 "attention": applied.attention}  # fmt: skip
 
 
 def bench_peft(shape, seq, modes, device, args, mesh, world) -> tuple[callable, dict]:

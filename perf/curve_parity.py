@@ -74,35 +74,14 @@ def lora_batches(args, device, shape=None) -> list[tuple[torch.Tensor, torch.Ten
 
 def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5):
     """(model, one-step function) of the trainer's build and step at `shape`."""
-    from training.llama import optim
-    from training.llama.model import compiled_cross_entropy, cross_entropy
+    from perf.lib import variants
+    from training.llama.build import build_run
     from training.llama.parallel import Parallelism
-    from training.llama.step import Step, train_step
-    from training.llama2_70b_lora import model as lora_model
-    from training.llama2_70b_lora.config import LoraConfig
+    from training.llama.step import train_step
 
-    on_gpu = device.type == "cuda"
-    env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1", "LR": "4e-4",
-           "MAX_SEQLEN": str(shape.max_seq_length), "LORA_DROPOUT": str(dropout), "FP8_BACKEND": "native",
-           "COMPILE": str(int(on_gpu and "compile" in modes)),
-           "PRECISION": "fp8" if "fp8native" in modes else "bf16",
-           "FP8_WEIGHTS": str(int("fp8w" in modes)), "ACTIVATION_CHECKPOINTING": str(int("ac" in modes)),
-           "ATTENTION": "sdpa" if "eager" in modes else "auto",
-           "LORA_KERNEL": "pytorch" if "eager" in modes else "auto"}  # fmt: skip
-    cfg = LoraConfig.from_env(env)
-    original = lora_model.model_shape
-    lora_model.model_shape = lambda cfg: shape
-    try:
-        precision = cfg.requested_precision()
-        model, fp8, _ = lora_model.build_model(cfg, cfg.parallelism(1), None, device, precision)
-    finally:
-        lora_model.model_shape = original
-    impl = "torch" if "eager" in modes else "auto"
-    optimizer, _ = optim.build_optimizer(model, 4e-4, (0.9, 0.999), 1e-8, 1e-4, fused=on_gpu, impl=impl)
-    autocast = torch.autocast(device.type, torch.bfloat16)
-    step = Step(model, optimizer, Parallelism(1, 1, 1, 1, 1, 1), device,
-                loss_fn=compiled_cross_entropy if cfg.compile else cross_entropy, autocast=autocast, fp8=fp8,
-                clip_norm=0.3)  # fmt: skip
+    base = variants.lora_run(shape, dropout=dropout)
+    spec = variants.curve_lora_variant(base, modes, device.type == "cuda")
+    model, step, _ = build_run(spec, device, None, Parallelism(1, 1, 1, 1, 1, 1))
     return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, 4e-4, steps, warmup))[0]
 
 
@@ -198,25 +177,13 @@ def llama_batches(args, device):
 
 
 def llama_ours(shape, name: str, device):
-    from training.fp8 import Fp8Settings, MlpLayout
-    from training.llama import optim, parallel
-    from training.llama.build import build_llama
-    from training.llama.model import MLP, compiled_cross_entropy, cross_entropy
-    from training.llama.step import Step, train_step
+    from perf.lib import variants
+    from training.llama.build import build_run
+    from training.llama.parallel import Parallelism
+    from training.llama.step import train_step
 
-    on_gpu = device.type == "cuda"
-    eager = name.endswith("eager") or not on_gpu
-    fp8 = None
-    if "fp8" in name:
-        fp8 = Fp8Settings(backend="torchao" if name.endswith("torchao") else "native",
-                          fuse_mlp=MlpLayout(MLP, "up_proj", "down_proj", "gate_proj"))  # fmt: skip
-    features = parallel.Features(fp8=fp8, compile=not eager, param_dtype=torch.float32)
-    model, hooks, _ = build_llama(shape, "sdpa" if eager else "auto", device, None, features)
-    optimizer, _ = optim.build_optimizer(model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=on_gpu,
-                                         impl="torch" if eager else "auto")  # fmt: skip
-    autocast = torch.autocast(device.type, torch.bfloat16)
-    step = Step(model, optimizer, parallel.Parallelism(1, 1, 1, 1, 1, 1), device, autocast=autocast,
-                fp8=hooks, loss_fn=cross_entropy if eager else compiled_cross_entropy)  # fmt: skip
+    spec = variants.curve_llama_variant(variants.llama_run(shape, 3e-4), name, device.type == "cuda")
+    _, step, _ = build_run(spec, device, None, Parallelism(1, 1, 1, 1, 1, 1))
     return lambda i, batch, steps: train_step(step, [batch], lr_at(i, LLAMA_LR, steps, 10))[0]
 
 

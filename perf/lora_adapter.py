@@ -77,7 +77,8 @@ def main() -> int:
     swept = sweep(x.detach(), args.rank) if args.sweep else None
     rows = {}
     for name, kernel in (("pytorch", False), ("triton", True)):
-        adapter = LoraAdapter(args.width, args.out, LoraSettings(args.rank, 2.0 * args.rank, 0.1, kernel))
+        settings = LoraSettings(args.rank, 2.0 * args.rank, 0.1)
+        adapter = LoraAdapter(args.width, args.out, settings, kernel=kernel)
         adapter.to(device)
         with torch.no_grad():
             adapter.lora_b.weight.normal_(std=0.01)

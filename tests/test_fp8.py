@@ -280,18 +280,15 @@ def test_native_fp8_fuses_the_mlps_the_benchmark_names_keeping_parameter_names()
 
 def _tiny_fp8_llama(fp8: bool, stored: bool = False):
     from training.llama import parallel
-    from training.llama.build import build_llama
-    from training.llama.model import MLP, LlamaShape
+    from training.llama.build import FP8_MLP, RunSpec, build_model
+    from training.llama.model import LlamaShape
 
     shape = LlamaShape(num_layers=4, hidden_size=128, ffn_hidden_size=256, num_heads=4, num_kv_heads=2,
                        vocab_size=1024, max_seq_length=64, rope_scaling=None)  # fmt: skip
-    settings = Fp8Settings(
-        "native", fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj")
-    )
+    settings = Fp8Settings("native", fuse_mlp=FP8_MLP)
     torch.manual_seed(0)
-    model, _, _ = build_llama(
-        shape, "sdpa", torch.device("cpu"), None, parallel.Features(fp8=settings if fp8 else None)
-    )
+    features = parallel.Features(fp8=settings if fp8 else None)
+    model, _ = build_model(RunSpec(shape, features, attention="sdpa"), torch.device("cpu"), None)
     return model
 
 

@@ -116,10 +116,10 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     gather = os.environ.get("FP8_PARAM_GATHER") == "1"
     features = parallel.Features(
         fp8=Fp8Settings(backend, gather_in_fp8=gather) if backend else None,
-        param_dtype=torch.float32,
         reshard_after_forward=os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1",
     )
-    fp8_hooks, applied = parallel.apply_features(model, mesh, features)
+    applied = parallel.apply_features(model, mesh, features, torch.float32)
+    fp8_hooks = applied.fp8
     layout = Parallelism(dist.get_world_size(), tp, pp, 1, dp, accum)
     dp_rank = rank // (tp * pp)
 
@@ -127,7 +127,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
         share = t.shape[0] // dp
         return t[dp_rank * share : (dp_rank + 1) * share]
 
-    described = [applied[k] for k in ("pipeline_parallel", "tensor_parallel", "data_parallel", "fp8")]
+    described = [applied.lines()[k] for k in ("pipeline_parallel", "tensor_parallel", "data_parallel", "fp8")]
     result = {"described": described}
     if backend and tp > 1:
         result["mlp"] = mlp_gradients(model)

@@ -1,4 +1,4 @@
-"""The Llama family's one build (`training.llama.build.build_llama`): the same seed gives the same weights
+"""The Llama family's one build (`training.llama.build.build_run`): the same seed gives the same weights
 whether the model is materialized whole or part by part (FP8_WEIGHTS), whatever its features did to the
 modules, from scratch and from a checkpoint; a model stored in FP8 computes and learns like the one that
 is not.
@@ -8,28 +8,31 @@ the part, not `norm.weight`) and the embedding drawn after the blocks: every los
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 import torch
 
 from tests.llama2_70b_lora.fixtures import save_tiny_llama2
-from training.fp8 import Fp8Settings, MlpLayout
+from training.fp8 import Fp8Settings, apply_fp8
 from training.fp8.casts import E4M3_MAX, amax_of, cast, scale_of
 from training.llama import parallel
-from training.llama.build import build_llama
+from training.llama.build import FP8_MLP, RunSpec, build_model, build_run
 from training.llama.checkpoint import shape_from_hf_config
-from training.llama.model import MLP, Llama, LlamaShape, cross_entropy, init_weights
-from training.lora import LoraSettings
+from training.llama.model import Llama, LlamaShape, cross_entropy, init_weights
+from training.lora import LoraSettings, apply_lora
 
 SHAPE = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
                    vocab_size=512, max_seq_length=32, rope_scaling=None)  # fmt: skip
 CPU = torch.device("cpu")
-FP8 = Fp8Settings("native", fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj"))
+FP8 = Fp8Settings("native", fuse_mlp=FP8_MLP)
 LORA = LoraSettings(rank=4, alpha=8, dropout=0.0)
 
 
 def build(features: parallel.Features, **kwargs) -> Llama:
     torch.manual_seed(0)
-    model, _, _ = build_llama(SHAPE, "sdpa", CPU, None, features, **kwargs)
+    model, _ = build_model(RunSpec(SHAPE, features, attention="sdpa", **kwargs), CPU, None)
     return model
 
 
@@ -114,10 +117,9 @@ def test_a_checkpoint_loaded_part_by_part_is_the_checkpoint(tmp_path):
     built = []
     for fp8_weights in (False, True):
         torch.manual_seed(0)
-        features = parallel.Features(fp8=FP8, lora=LORA)
-        model, _, _ = build_llama(shape, "sdpa", CPU, None, features, checkpoint=folder,
-                                  fp8_weights=fp8_weights)  # fmt: skip
-        built.append(model)
+        spec = RunSpec(shape, parallel.Features(fp8=FP8, lora=LORA), attention="sdpa", checkpoint=folder,
+                       fp8_weights=fp8_weights)  # fmt: skip
+        built.append(build_model(spec, CPU, None)[0])
     whole, parts = (dequantized(m) for m in built)
     for name, value in whole.items():
         linear = built[1].get_submodule(name.rsplit(".", 1)[0])
@@ -126,22 +128,20 @@ def test_a_checkpoint_loaded_part_by_part_is_the_checkpoint(tmp_path):
         torch.testing.assert_close(parts[name], value, rtol=0, atol=0, msg=name)
 
 
-def test_the_lora_benchmark_with_fp8_weights_builds_a_model_that_computes(monkeypatch):
+def test_the_lora_benchmark_with_fp8_weights_builds_a_model_that_computes():
     """The benchmark's own build (FP8_WEIGHTS=1, random base as `perf/bench_lora.py` runs it): the final norm
     at ones, the first loss that of the model built whole (on 12fdffa: an N(0, 0.02) norm, and the loss
     ln(vocab) to 1e-4 where the whole model's was 2e-3 below it)."""
-    from training.llama2_70b_lora import model as lora_model
     from training.llama2_70b_lora.config import LoraConfig
 
-    monkeypatch.setattr(lora_model, "model_shape", lambda cfg: SHAPE)
     losses = []
     for fp8_weights in ("0", "1"):
         env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "PRECISION": "fp8",
                "FP8_BACKEND": "native", "FP8_WEIGHTS": fp8_weights, "COMPILE": "0", "LORA_KERNEL": "pytorch",
                "MAX_SEQLEN": "32", "MINIBS": "1", "LR": "4e-4"}  # fmt: skip
-        cfg = LoraConfig.from_env(env)
+        spec = dataclasses.replace(LoraConfig.from_env(env).run_spec(), shape=SHAPE)
         torch.manual_seed(0)
-        model, _, _ = lora_model.build_model(cfg, cfg.parallelism(1), None, CPU, "fp8")
+        model, _ = build_model(spec, CPU, None)
         assert torch.equal(model.norm.weight, torch.ones_like(model.norm.weight))
         losses.append(first_losses(model, steps=1)[0])
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)  # (the bug: 3.5e-4 off)
@@ -164,10 +164,12 @@ def test_frozen_fp8_gathered_weights_are_measured_again_only_once_written(tmp_pa
         model = Llama(SHAPE)
         model.init_weights()
         model.to(torch.bfloat16)
-        features = parallel.Features(fp8=Fp8Settings("native", gather_in_fp8=True), lora=LORA)
-        fp8, applied = parallel.apply_features(model, None, features)
-        assert "FP8 all-gather of" in applied["fp8"]
         mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+        # the trainers' features would not all-gather in FP8 on one rank (`parallel.apply_features`): applied
+        # one by one, then sharded as on several
+        fp8 = apply_fp8(model, Fp8Settings("native", gather_in_fp8=True))
+        apply_lora(model, LORA)
+        assert "FP8 all-gather of" in fp8.description
         for block in model.layers:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -192,3 +194,45 @@ def test_frozen_fp8_gathered_weights_are_measured_again_only_once_written(tmp_pa
             torch.testing.assert_close(m.w_scale, want, rtol=0, atol=0)
     finally:
         dist.destroy_process_group()
+
+
+def test_build_run_makes_the_step_the_applied_record_says():
+    """`build_run`: the step computes in bf16 through autocast where FSDP2 does not shard (one process), with
+    the compiled loss where the blocks compile; `Applied` records what was chosen, and its lines are the
+    trainers' `backend_*` values in the order the features apply."""
+    from training.llama.model import compiled_cross_entropy
+
+    layout = parallel.Parallelism(1, 1, 1, 1, 1, 1)
+    spec = RunSpec(SHAPE, parallel.Features(activation_checkpointing=True, compile=True), precision="bf16")
+    model, step, applied = build_run(spec, CPU, None, layout)
+    assert (applied.attention, applied.precision) == ("sdpa", "bf16")
+    assert applied.compiled and not applied.sharded
+    assert applied.checkpointed_blocks == SHAPE.num_layers and applied.optimizer == "foreach"
+    assert isinstance(step.autocast, torch.autocast) and step.loss_fn is compiled_cross_entropy
+    assert step.clip_norm == 1.0 and step.model is model
+    assert list(applied.lines()) == ["pipeline_parallel", "fp8", "lora", "tensor_parallel",
+                                     "activation_checkpointing", "compile", "data_parallel"]  # fmt: skip
+    lines = applied.lines()
+    assert lines["data_parallel"] == "off" and lines["compile"].startswith("torch.compile")
+    _, step, applied = build_run(dataclasses.replace(spec, precision="auto"), CPU, None, layout)
+    assert applied.precision == "fp32" and not isinstance(step.autocast, torch.autocast)  # (the CPU's auto)
+
+
+def test_the_trainers_configs_translate_into_run_specs():
+    """The configs say what a run is as a RunSpec; the FP8 requests are the trainers' (FP8 all-gathers and
+    fused MLPs asked for, taken where the layout allows: `parallel.apply_features`)."""
+    from training.llama2_70b_lora.config import LoraConfig
+    from training.llama31_8b.config import GRAD_CLIP_NORM, LlamaPretrainConfig
+
+    pretrain = LlamaPretrainConfig.from_env({"DATADIR": "/data", "GBS": "8", "MBS": "1", "MAX_LR": "1e-4",
+                                             "WARMUP_STEPS": "1", "PRECISION": "fp8", "COMPILE": "1",
+                                             "ATTENTION": "sdpa", "NUM_LAYERS": "2"}).run_spec()  # fmt: skip
+    assert pretrain.shape.num_layers == 2 and pretrain.precision == "fp8" and pretrain.attention == "sdpa"
+    assert pretrain.features.compile and pretrain.features.fp8.fuse_mlp == FP8_MLP
+    assert pretrain.features.fp8.gather_in_fp8 and pretrain.step.clip_norm == GRAD_CLIP_NORM
+    assert pretrain.optimizer.betas == (0.9, 0.95) and pretrain.checkpoint is None
+    lora = LoraConfig.from_env({"DATADIR": "/data", "MINIBS": "1", "LR": "4e-4", "LORA_KERNEL": "pytorch",
+                                "ACTIVATION_CHECKPOINTING": "1", "ACL": "3"}).run_spec()  # fmt: skip
+    assert lora.features.lora == LoraSettings(16, 32.0, 0.1, "pytorch") and lora.features.fp8 is None
+    assert lora.features.checkpoint_layers == 3 and lora.step.clip_norm == 0.3
+    assert lora.checkpoint == Path("/data/model") and lora.shape.num_layers == 80  # (no config.json there)

@@ -47,15 +47,17 @@ def test_features_off_are_no_ops():
         parallel.apply_activation_checkpointing(model, False),
         parallel.apply_compile(model, False),
         parallel.apply_fsdp(model, None, torch.float32),
-    ] == ["off"] * 4
+    ] == [parallel.Change(0, "off")] * 4
     assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
 
 
 def test_activation_checkpointing_and_compile_keep_the_numbers():
     loss, grads = loss_and_grads(fresh())
     model = fresh()
-    assert parallel.apply_activation_checkpointing(model, True) == "full recompute of 2 of 2 blocks"
-    assert parallel.apply_compile(model, True).startswith("torch.compile per block")
+    assert parallel.apply_activation_checkpointing(model, True) == parallel.Change(
+        2, "full recompute of 2 of 2 blocks"
+    )
+    assert parallel.apply_compile(model, True).description.startswith("torch.compile per block")
     assert [n for n, _ in model.named_parameters()] == list(grads)  # names unchanged (checkpoints load as-is)
     loss2, grads2 = loss_and_grads(model, loss_fn=compiled_cross_entropy)  # what COMPILE=1 trains with
     torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
@@ -75,7 +77,7 @@ def test_fp8_blocks_compile_inside_their_checkpoint_and_keep_the_numbers():
         parallel.apply_activation_checkpointing(model, True, layers=1)
         described = parallel.apply_compile(model, compiled, checkpoint_outside=True)
         runs.append(loss_and_grads(model, fp8))
-    assert "(2 blocks, 1 of them inside their eager checkpoint (FP8))" in described
+    assert "(2 blocks, 1 of them inside their eager checkpoint (FP8))" in described.description
     first, second = model.layers
     assert "_forward" in vars(first) and first._compiled_call_impl is None  # its forward, not the block
     assert "_forward" not in vars(second) and second._compiled_call_impl is not None

@@ -28,7 +28,7 @@ def test_an_adapter_given_the_kernel_runs_pytorch_where_the_kernel_does_not_fit(
     torch.manual_seed(0)
     plain = LoraAdapter(128, 64, settings)
     torch.manual_seed(0)
-    kernel = LoraAdapter(128, 64, LoraSettings(16, 32, 0.5, kernel=True))
+    kernel = LoraAdapter(128, 64, LoraSettings(16, 32, 0.5), kernel=True)
     with torch.no_grad():
         plain.lora_b.weight.normal_()
         kernel.lora_b.weight.copy_(plain.lora_b.weight)
@@ -64,7 +64,8 @@ def test_a_recomputed_block_draws_the_kernels_mask_again(compiled, keep_attentio
         model = Llama(shape, "sdpa")
         model.init_weights()
         model = model.cuda().bfloat16()
-        apply_lora(model, LoraSettings(rank=16, alpha=32, dropout=0.5, kernel=True))
+        settings = LoraSettings(rank=16, alpha=32, dropout=0.5, kernel="auto")
+        assert "checked on this GPU" in apply_lora(model, settings)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("lora_b.weight"):

@@ -43,11 +43,12 @@ def accelerator_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def choose_precision(requested: str) -> str:
-    """`auto`: bf16 on a GPU, fp32 on the CPU; anything else as asked (`fp8`: bf16 with FP8 matmuls, whose
-    backend `training.fp8.choose_backend` picks)."""
+def choose_precision(requested: str, device: torch.device | None = None) -> str:
+    """`auto`: bf16 on a GPU, fp32 on the CPU (the run's `device`, when given; else this machine's); anything
+    else as asked (`fp8`: bf16 with FP8 matmuls, whose backend `training.fp8.choose_backend` picks)."""
     if requested == "auto":
-        return "bf16" if torch.cuda.is_available() else "fp32"
+        on_gpu = device.type == "cuda" if device is not None else torch.cuda.is_available()
+        return "bf16" if on_gpu else "fp32"
     return requested
 
 

@@ -5,15 +5,18 @@ in this fixed order (`apply_features`):
     -> apply_fsdp
 
 (`apply_fp8` is `training.fp8`'s, `apply_lora` `training.lora`'s.) Each is a no-op when its feature is off
-and returns one line saying what it did (the trainers log it as a `backend_*` MLLOG key). Beside them: the
-layout arithmetic (`Parallelism`, `layout`), which feature combinations are implemented
+and returns what it did as a `Change`: how many blocks or ranks it changed, and one line saying what (the
+trainers log it as a `backend_*` MLLOG key). `apply_features` gathers them in a typed record, `Applied`,
+which the step reads (whether FSDP2 shards the parameters decides the autocast) instead of the lines. Beside
+them: the layout arithmetic (`Parallelism`, `layout`), which feature combinations are implemented
 (`feature_problems`), the device mesh and gradient clipping over sharded parameters.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -108,32 +111,114 @@ def feature_problems(
 class Features:
     """What a Llama run applies to its model besides the layout: the arguments of `apply_features`."""
 
+    # FP8 for the blocks' linears. Its `gather_in_fp8` and `fuse_mlp` are asked for: taken where the layout
+    # allows them (FP8 all-gathers where FSDP2 shards without tensor parallelism; fused MLPs without TP)
     fp8: Fp8Settings | None = None
     lora: LoraSettings | None = None
     activation_checkpointing: bool = False
     checkpoint_layers: int | None = None  # with activation checkpointing: the first this many blocks only
     keep_attention: bool = False  # with activation checkpointing: the recompute skips the attention kernel
     compile: bool = False
-    param_dtype: torch.dtype = torch.bfloat16  # FSDP2's compute copy of the parameters
+    # with FP8 and compile, a recomputed block compiles its forward inside its eager checkpoint (False: the
+    # checkpoint compiled with the block, as bf16 blocks are: `apply_compile`)
+    fp8_eager_checkpoint: bool = True
     reshard_after_forward: bool = True
 
 
+@dataclass(frozen=True)
+class Change:
+    """What one `apply_*` did: how many blocks (or ranks) it changed, 0 when its feature is off, and the line
+    the run logs for it."""
+
+    count: int = 0
+    description: str = "off"
+
+
+OFF = Change()
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a run's build did to its model, feature by feature in `apply_features`' order, and what it chose
+    besides (`training.llama.build.build_run`): the attention kernel, the resolved precision, the optimizer.
+    The code after the build reads the typed facts (`sharded`, `compiled`, `checkpointed_blocks`); the run
+    logs `lines()`."""
+
+    pipeline_parallel: Change = OFF
+    fp8: Fp8 = field(default_factory=Fp8)  # the FP8 hooks the step calls, and what FP8 did
+    lora: Change = OFF
+    tensor_parallel: Change = OFF
+    activation_checkpointing: Change = OFF
+    compile: Change = OFF
+    data_parallel: Change = OFF
+    attention: str = ""  # the attention backend the blocks run (`training.llama.attention.choose_attention`)
+    precision: str = ""  # PRECISION resolved on this device: fp32, bf16 or fp8 (bf16 with FP8 matmuls)
+    optimizer: str = ""  # which AdamW `optim.build_optimizer` took
+    bf16_weights_held: int = 0  # matrix weights AdamW keeps in bf16 (`StepSettings.hold_bf16_weights`)
+
+    FEATURES = ("pipeline_parallel", "fp8", "lora", "tensor_parallel", "activation_checkpointing", "compile",
+                "data_parallel")  # fmt: skip
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 shards the parameters (and gathers them in the compute dtype for each block)."""
+        return self.data_parallel.count > 0
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile.count > 0
+
+    @property
+    def checkpointed_blocks(self) -> int:
+        return self.activation_checkpointing.count
+
+    def lines(self) -> dict[str, str]:
+        """What each feature did, in the order applied: the trainers' `backend_*` MLLOG values."""
+        return {name: getattr(self, name).description for name in self.FEATURES}
+
+
 def apply_features(
-    model: nn.Module, mesh: DeviceMesh | None, features: Features
-) -> tuple[Fp8, dict[str, str]]:
+    model: nn.Module,
+    mesh: DeviceMesh | None,
+    features: Features,
+    param_dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | None = None,
+) -> Applied:
     """Apply the layout and the features to a built (meta or materialized) model, in the fixed order.
-    Returns the FP8 hooks and, per feature, what was done (in that order)."""
-    applied = {"pipeline_parallel": apply_pp(model, mesh)}
-    fp8 = apply_fp8(model, features.fp8)
-    applied["fp8"] = fp8.description
-    applied["lora"] = apply_lora(model, features.lora)
-    applied["tensor_parallel"] = apply_tp(model, mesh)
-    applied["activation_checkpointing"] = apply_activation_checkpointing(
+    `param_dtype`: FSDP2's compute copy of the parameters; `device`: where the model will run (LoRA's
+    dropout kernel is checked there). Returns what each feature did."""
+    pipeline = apply_pp(model, mesh)
+    fp8 = apply_fp8(model, _fp8_for_layout(features.fp8, mesh))
+    lora = apply_lora(model, features.lora, device)
+    lora = Change(len(model.layers), lora) if features.lora is not None else OFF
+    tensor = apply_tp(model, mesh)
+    checkpointed = apply_activation_checkpointing(
         model, features.activation_checkpointing, features.checkpoint_layers, features.keep_attention
     )
-    applied["compile"] = apply_compile(model, features.compile, features.fp8 is not None)
-    applied["data_parallel"] = apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
-    return fp8, applied
+    outside = features.fp8 is not None and features.fp8_eager_checkpoint
+    compiled = apply_compile(model, features.compile, outside)
+    sharded = apply_fsdp(model, mesh, param_dtype, features.reshard_after_forward)
+    return Applied(pipeline, fp8, lora, tensor, checkpointed, compiled, sharded)
+
+
+def _shard_ranks(mesh: DeviceMesh | None) -> int:
+    """How many ranks FSDP2 shards the parameters over (1: it does not): the data- and context-parallel
+    ranks (pipeline stages hold their own blocks, tensor-parallel ranks their own slices)."""
+    return 1 if mesh is None else mesh["dp"].size() * mesh["cp"].size()
+
+
+def _fp8_for_layout(settings: Fp8Settings | None, mesh: DeviceMesh | None) -> Fp8Settings | None:
+    """The FP8 settings this layout can take: FP8 all-gathers only where FSDP2 shards and tensor parallelism
+    does not slice the weights, fused MLPs only without tensor parallelism (its row- and column-parallel
+    halves are separate linears)."""
+    if settings is None:
+        return None
+    tp = mesh is not None and mesh["tp"].size() > 1
+    return dataclasses.replace(
+        settings,
+        gather_in_fp8=settings.gather_in_fp8 and _shard_ranks(mesh) > 1 and not tp,
+        fuse_mlp=None if tp else settings.fuse_mlp,
+    )
 
 
 def transformer_blocks(model: nn.Module) -> nn.ModuleList:
@@ -149,12 +234,12 @@ def build_mesh(device_type: str, dp: int, tp: int, cp: int = 1, pp: int = 1) -> 
     return init_device_mesh(device_type, (dp, pp, cp, tp), mesh_dim_names=("dp", "pp", "cp", "tp"))
 
 
-def apply_pp(model: nn.Module, mesh: DeviceMesh | None) -> str:
+def apply_pp(model: nn.Module, mesh: DeviceMesh | None) -> Change:
     """Keep this rank's pipeline stage only: an equal slice of the blocks, the embedding on the first stage,
     the final norm and output layer on the last (the others become None and the model passes hidden states).
     The schedule that runs the stages is built by the trainer (`pipeline_schedule`)."""
     if mesh is None or mesh["pp"].size() == 1:
-        return "off"
+        return OFF
     stage, stages = mesh["pp"].get_local_rank(), mesh["pp"].size()
     per = len(model.layers) // stages
     first = stage * per
@@ -163,7 +248,7 @@ def apply_pp(model: nn.Module, mesh: DeviceMesh | None) -> str:
         model.embed_tokens = None
     if stage < stages - 1:
         model.norm, model.lm_head = None, None
-    return f"stage {stage} of {stages} (blocks {first}-{first + per - 1}), 1F1B schedule"
+    return Change(stages, f"stage {stage} of {stages} (blocks {first}-{first + per - 1}), 1F1B schedule")
 
 
 def pipeline_schedule(model: nn.Module, mesh: DeviceMesh, device: torch.device, microbatches: int, loss_fn):
@@ -203,12 +288,12 @@ def context_parallel(mesh: DeviceMesh | None, tokens: torch.Tensor, labels: torc
     ), positions
 
 
-def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
+def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> Change:
     """Megatron-style tensor parallelism through DTensor: q/k/v and gate/up column-wise, o/down row-wise,
     so each block does one all-reduce after attention and one after the MLP. Embeddings, norms and the
     output layer stay replicated across the TP group (sharded by FSDP over data parallelism)."""
     if mesh is None or mesh["tp"].size() == 1:
-        return "off"
+        return OFF
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = {
@@ -222,12 +307,13 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> str:
     }
     for block in model.layers:
         parallelize_module(block, mesh["tp"], plan)
-    return f"DTensor TP over {mesh['tp'].size()} ranks (attention heads and MLP columns)"
+    ranks = mesh["tp"].size()
+    return Change(ranks, f"DTensor TP over {ranks} ranks (attention heads and MLP columns)")
 
 
 def apply_activation_checkpointing(
     model: nn.Module, enabled: bool, layers: int | None = None, keep_attention: bool = False
-) -> str:
+) -> Change:
     """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
     ACL), keeping only its input. With `keep_attention` the recompute runs in two halves around the attention
     kernel, whose output stays from the forward: one attention forward less a block, for 0.13 GiB more a
@@ -236,16 +322,16 @@ def apply_activation_checkpointing(
     too). A block with dropout (LoRA's) saves the random number generators' state and restores it for the
     recompute, which then drops what the forward dropped (so: after `apply_lora`)."""
     if not enabled:
-        return "off"
+        return OFF
     count = len(model.layers) if layers is None else min(layers, len(model.layers))
     for block in list(model.layers)[:count]:
         block.checkpointed, block.keep_attention = True, keep_attention
         block.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
     what = "recompute but the attention kernel" if keep_attention else "full recompute"
-    return f"{what} of {count} of {len(model.layers)} blocks"
+    return Change(count, f"{what} of {count} of {len(model.layers)} blocks")
 
 
-def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = False) -> str:
+def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = False) -> Change:
     """torch.compile each block in place (parameter names unchanged); the embedding and output layer stay
     eager. (The trainer then also takes `compiled_cross_entropy` for its loss.) With `checkpoint_outside`
     (FP8 on), a checkpointed block compiles its forward only, inside the eager checkpoint: compiled together
@@ -253,7 +339,7 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per block kept after the forward; `perf/RESULTS.md`).
     BF16 blocks keep the checkpoint inside the compiled graph, where it does recompute."""
     if not enabled:
-        return "off"
+        return OFF
     blocks = transformer_blocks(model)
     outside = 0
     for block in blocks:
@@ -264,19 +350,20 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
         else:
             block.compile()
     inside = f", {outside} of them inside their eager checkpoint (FP8)" if outside else ""
-    return f"torch.compile per block ({len(blocks)} blocks{inside}) and of the cross-entropy"
+    what = f"torch.compile per block ({len(blocks)} blocks{inside}) and of the cross-entropy"
+    return Change(len(blocks), what)
 
 
 def apply_fsdp(
     model: nn.Module, mesh: DeviceMesh | None, param_dtype: torch.dtype, reshard_after_forward: bool = True
-) -> str:
+) -> Change:
     """FSDP2 `fully_shard` per block, then the root (embedding, final norm, output layer): parameters kept
     in float32 and sharded over the data-parallel ranks, gathered in `param_dtype` for compute, gradients
     reduce-scattered in float32. The last block keeps its gathered weights for the backward that follows;
     with `reshard_after_forward=False` every block does (no second all-gather in backward, at the cost of
     all blocks' gathered weights in memory between forward and backward: 16 GB in bf16 for 8B)."""
-    if mesh is None or mesh["dp"].size() * mesh["cp"].size() == 1:
-        return "off"  # (pipeline stages are not sharded across each other: each holds its own blocks)
+    if _shard_ranks(mesh) == 1:
+        return OFF
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # context-parallel ranks hold different tokens of the same sequences: they shard the weights too
@@ -290,7 +377,8 @@ def apply_fsdp(
     fully_shard(model, mesh=shard_mesh, mp_policy=policy)
     name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(param_dtype, str(param_dtype))
     kept = "" if reshard_after_forward else ", blocks kept gathered from forward to backward"
-    return f"FSDP2 over {shard_mesh.size()} ranks ({name} compute params, fp32 master and reduce{kept})"
+    ranks = shard_mesh.size()
+    return Change(ranks, f"FSDP2 over {ranks} ranks ({name} compute params, fp32 master and reduce{kept})")
 
 
 def reshard(model: nn.Module) -> None:

@@ -1,13 +1,14 @@
-"""One Llama training step and one evaluation pass, written once: the trainers, the golden tests, the parallel
-test worker and `perf/bench_llama.py` all call `train_step`, so every published speed-up measures the
-trainer's own step.
+"""One Llama training step and one evaluation pass, written once: the trainers, the throughput suite, the
+golden tests, the parallel test worker and the `perf/` benches all call `train_step`, so every published
+speed-up measures the trainer's own step.
 
-A `Step` holds what the step needs besides its data (model, optimizer, layout, loss, contexts). A micro-batch
-is `(tokens, labels)` ((MBS, seq) each; labels of -100 are not scored), or for packed rows `(tokens, labels,
-position_ids, cu_seqlens)` (one row of several sequences: positions restart at each, attention stays inside
-each). Each branch of the layout is taken here, inside the functions: pipeline parallelism runs the step's
-micro-batches through its schedule; otherwise they run one at a time (FSDP2 reduce-scatters after the last
-only), inside PyTorch's context-parallel context when the sequences are split across ranks.
+A `Step` holds what the step needs besides its data (model, optimizer, layout, loss, contexts); a run's is
+made by `training.llama.build.build_run`. A micro-batch is `(tokens, labels)` ((MBS, seq) each; labels of -100
+are not scored), or for packed rows `(tokens, labels, position_ids, cu_seqlens)` (one row of several
+sequences: positions restart at each, attention stays inside each). Each branch of the layout is taken here,
+inside the functions: pipeline parallelism runs the step's micro-batches through its schedule; otherwise they
+run one at a time (FSDP2 reduce-scatters after the last only), inside PyTorch's context-parallel context when
+the sequences are split across ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from torch import nn
 from training.common import dist
 from training.fp8 import Fp8, calibrate, reset_after_materialize
 from training.llama import parallel
-from training.llama.model import compiled_cross_entropy, cross_entropy, param_dtype
+from training.llama.model import cross_entropy
 
 
 @dataclass
@@ -52,19 +53,6 @@ class Step:
             self.schedule = parallel.pipeline_schedule(
                 self.model, self.mesh, self.device, self.layout.grad_accum, pipeline_loss
             )
-
-
-def trainer_step(model: nn.Module, optimizer: torch.optim.Optimizer, layout: parallel.Parallelism,
-                 device: torch.device, mesh, precision: str, data_parallel: str, *, compiled: bool, fp8: Fp8,
-                 clip_norm: float, sync_each_micro_batch: bool = False) -> Step:  # fmt: skip
-    """The Step of the Llama trainers: the compiled loss with COMPILE=1; bf16 (PRECISION bf16 or fp8, as
-    resolved) through autocast where FSDP holds no bf16 parameters (`data_parallel` "off": one process);
-    `sync_each_micro_batch`: REDUCE_EACH_MICRO_BATCH."""
-    bf16_autocast = param_dtype(precision) == torch.bfloat16 and data_parallel == "off"
-    autocast = torch.autocast(device.type, torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
-    loss_fn = compiled_cross_entropy if compiled else cross_entropy
-    return Step(model, optimizer, layout, device, mesh, loss_fn=loss_fn, autocast=autocast, fp8=fp8,
-                clip_norm=clip_norm, sync_each_micro_batch=sync_each_micro_batch)  # fmt: skip
 
 
 def pipeline_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,13 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import ConfigError, var
-from training.llama.parallel import Parallelism, feature_problems, layout
+from training.fp8 import Fp8Settings
+from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
+from training.llama.checkpoint import shape_from_hf_config
+from training.llama.model import PRESETS, LlamaShape
+from training.llama.parallel import Features, Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
+from training.lora import LoraSettings
 from training.lora.fused import KERNEL_CHOICES
 
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
@@ -145,6 +150,42 @@ class LoraConfig(LlamaRunSettings):
         every = math.ceil(self.val_check_interval / self.global_batch_size(world_size))
         return (self.evals_skipped(world_size) + 1) * every, every
 
+    def model_shape(self) -> LlamaShape:
+        """The checkpoint's shape (its config.json), or Llama 2 70B's without one (INIT_CHECKPOINT=none), at
+        the run's sequence length; NUM_LAYERS keeps the first blocks only."""
+        folder = self.paths()["model"]
+        base = shape_from_hf_config(folder) if (folder / "config.json").exists() else PRESETS["70b"]
+        return base.replace(num_layers=self.num_layers, max_seq_length=self.seq_length)
+
+    def run_spec(self) -> RunSpec:
+        """The run these settings describe: the checkpoint's model (INIT_CHECKPOINT=model) or a random base of
+        its shape, the adapters of rank LORA_DIM on every block, FP8 for the frozen linears when asked (each
+        MLP one function with the native backend; the weights all-gathered in FP8 where FSDP2 shards them,
+        FP8_PARAM_GATHER), AdamW over the adapters."""
+        fp8_settings = None
+        if self.fp8:
+            fp8_settings = Fp8Settings(backend=self.fp8_backend, gather_in_fp8=self.fp8_param_gather,
+                                       fuse_mlp=FP8_MLP, casts=self.fp8_casts)  # fmt: skip
+        features = Features(
+            fp8=fp8_settings,
+            lora=LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel),
+            activation_checkpointing=self.activation_checkpointing,
+            checkpoint_layers=self.checkpoint_layers,
+            keep_attention=self.keep_attention,
+            compile=self.compile,
+            reshard_after_forward=self.reshard_after_forward,
+        )
+        return RunSpec(
+            self.model_shape(),
+            features,
+            StepSettings(clip_norm=self.clip_norm, sync_each_micro_batch=self.reduce_each_micro_batch),
+            AdamWSettings(self.lr, ADAMW_BETAS, ADAMW_EPS, self.weight_decay, self.adamw_impl),
+            attention=self.attention,
+            precision=self.requested_precision(),
+            checkpoint=self.paths()["model"] if self.init_checkpoint == "model" else None,
+            fp8_weights=self.fp8_weights,
+        )
+
     def paths(self) -> dict[str, Path]:
         data = self.datadir / "data"
         return {"train": data / "train.npy", "valid": data / "validation.npy",
@@ -166,3 +207,7 @@ class LoraConfig(LlamaRunSettings):
         if self.is_cpu_demo:
             out.append("CPU_DEMO=1")
         return out
+
+
+def is_llama2_70b(shape: LlamaShape) -> bool:
+    return shape.replace(max_seq_length=8192) == PRESETS["70b"]

@@ -16,7 +16,6 @@ from training.common.preflight import check_gpus, load_config
 def check(environ: Mapping[str, str]) -> list[str]:
     from training.llama.checkpoint import CheckpointError
     from training.llama2_70b_lora.config import LoraConfig
-    from training.llama2_70b_lora.model import model_shape
 
     cfg, problems = load_config(LoraConfig, environ)
     if cfg is None:
@@ -29,7 +28,7 @@ def check(environ: Mapping[str, str]) -> list[str]:
             problems.append(f"MODEL {paths['model']} has no config.json (a Hugging Face Llama checkpoint)")
         else:
             try:
-                shape = model_shape(cfg)
+                shape = cfg.model_shape()
                 if shape.hidden_size % shape.num_heads:
                     problems.append(f"{paths['model']}/config.json: heads do not divide the hidden size")
             except CheckpointError as err:

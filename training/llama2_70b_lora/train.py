@@ -17,14 +17,21 @@ import functools
 import sys
 
 from training.common import backends, dist, outcome
-from training.common.config import config_from_environment
+from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.llama import optim, parallel
-from training.llama.step import evaluate_batches, train_step, trainer_step, warm_up
+from training.llama.build import build_run
+from training.llama.step import evaluate_batches, train_step, warm_up
 from training.llama2_70b_lora import data
-from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, LR_SCHEDULE, LoraConfig
-from training.llama2_70b_lora.model import build_model, is_llama2_70b, model_shape
+from training.llama2_70b_lora.config import (
+    ADAMW_BETAS,
+    ADAMW_EPS,
+    BENCHMARK,
+    LR_SCHEDULE,
+    LoraConfig,
+    is_llama2_70b,
+)
 
 
 def main() -> outcome.Outcome:
@@ -33,7 +40,8 @@ def main() -> outcome.Outcome:
     par = cfg.parallelism(info.world_size)
     gbs = cfg.global_batch_size(info.world_size)
     seed = dist.run_seed(cfg.seed, info.device)
-    shape, paths = model_shape(cfg), cfg.paths()
+    spec, paths = cfg.run_spec(), cfg.paths()
+    shape = spec.shape
 
     run = MLPerfRun(BENCHMARK, cfg, info, seed, "lora")
     dist.seed_everything(seed)
@@ -41,19 +49,17 @@ def main() -> outcome.Outcome:
     valid_rows = data.load_rows(paths["valid"], cfg.seq_length, shape.vocab_size)
     log_hyperparameters(run.mllog, cfg, par, gbs, len(train_rows), len(valid_rows), is_llama2_70b(shape))
 
-    precision = backends.choose_precision(cfg.requested_precision())
-    on_gpu = info.device.type == "cuda"
     mesh = parallel.build_mesh(info.device.type, par.dp, 1)
-    model, fp8, chosen = build_model(cfg, par, mesh, info.device, precision)
-    optimizer, impl = optim.build_optimizer(
-        model, cfg.lr, ADAMW_BETAS, ADAMW_EPS, cfg.weight_decay, fused=on_gpu, impl=cfg.adamw_impl
-    )
-    chosen = {"platform": backends.platform_name(), "precision": precision, **chosen,
-              "optimizer": f"AdamW ({impl}), the adapters only"}  # fmt: skip
+    try:
+        _, step, applied = build_run(spec, info.device, mesh, par)
+    except ValueError as err:  # a kernel or backend asked for cannot run here; FP8_WEIGHTS on several GPUs
+        raise ConfigError(str(err)) from None
+    weights = f"{spec.checkpoint} (Hugging Face safetensors, read shard by shard)" if spec.checkpoint else (
+        "random (INIT_CHECKPOINT=none)")  # fmt: skip
+    chosen = {"platform": backends.platform_name(), "precision": applied.precision,
+              "attention": applied.attention, "weights": weights, **applied.lines(),
+              "optimizer": f"AdamW ({applied.optimizer}), the adapters only"}  # fmt: skip
     run.log_backends(chosen)
-    step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
-                        compiled=cfg.compile, fp8=fp8, clip_norm=cfg.clip_norm,
-                        sync_each_micro_batch=cfg.reduce_each_micro_batch)  # fmt: skip
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
     run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,

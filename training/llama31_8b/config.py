@@ -17,8 +17,10 @@ from pathlib import Path
 
 from training import benchmarks, fp8
 from training.common.config import ConfigError, var
+from training.fp8 import Fp8Settings
+from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
 from training.llama.model import PRESETS, LlamaShape
-from training.llama.parallel import Parallelism, feature_problems, layout
+from training.llama.parallel import Features, Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
 
 BENCHMARK = benchmarks.BENCHMARKS["llama31_8b"]
@@ -152,6 +154,30 @@ class LlamaPretrainConfig(LlamaRunSettings):
             num_kv_heads=self.num_query_groups,
             vocab_size=self.vocab_size,
             max_seq_length=self.seq_length,
+        )
+
+    def run_spec(self) -> RunSpec:
+        """The run these settings describe, trained from scratch: FP8 for the blocks' linears when asked (each
+        MLP one function with the native backend; the weights all-gathered in FP8 where FSDP2 shards them,
+        FP8_PARAM_GATHER), AdamW with the rules' fixed values."""
+        fp8_settings = None
+        if self.fp8:
+            fp8_settings = Fp8Settings(backend=self.fp8_backend, recipe=self.fp8_recipe,
+                                       gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP,
+                                       casts=self.fp8_casts)  # fmt: skip
+        features = Features(
+            fp8=fp8_settings,
+            activation_checkpointing=self.activation_checkpointing,
+            compile=self.compile,
+            reshard_after_forward=self.reshard_after_forward,
+        )
+        return RunSpec(
+            self.model_shape(),
+            features,
+            StepSettings(clip_norm=GRAD_CLIP_NORM, sync_each_micro_batch=self.reduce_each_micro_batch),
+            AdamWSettings(self.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, self.adamw_impl),
+            attention=self.attention,
+            precision=self.requested_precision(),
         )
 
     def end_lr(self) -> float:

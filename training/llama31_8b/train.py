@@ -18,7 +18,8 @@ from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.llama import optim, parallel
-from training.llama.step import evaluate, train_step, trainer_step, warm_up
+from training.llama.build import build_run
+from training.llama.step import evaluate, train_step, warm_up
 from training.llama31_8b import data
 from training.llama31_8b.config import (
     ADAMW_BETAS,
@@ -29,7 +30,6 @@ from training.llama31_8b.config import (
     WEIGHT_DECAY,
     LlamaPretrainConfig,
 )
-from training.llama31_8b.model import build_model
 
 
 def main() -> outcome.Outcome:
@@ -37,7 +37,8 @@ def main() -> outcome.Outcome:
     info = dist.init_distributed()
     par = cfg.parallelism(info.world_size)
     seed = dist.run_seed(cfg.seed, info.device)
-    shape, paths, max_steps = cfg.model_shape(), cfg.paths(), cfg.max_train_steps()
+    spec, paths, max_steps = cfg.run_spec(), cfg.paths(), cfg.max_train_steps()
+    shape = spec.shape
     # untimed, before init_start: the shuffled training-sample index (rank 0 builds, others load)
     train_set = data.build_train_dataset(
         paths["train"], cfg.seq_length, max_steps * cfg.gbs, seed, paths["cache"], shape.vocab_size
@@ -46,21 +47,15 @@ def main() -> outcome.Outcome:
     log_hyperparameters(run.mllog, cfg, par)
     dist.seed_everything(seed)  # the same on every rank: weights are initialized shard by shard
 
-    precision = backends.choose_precision(cfg.requested_precision())
     on_gpu = info.device.type == "cuda"
     if par.cp > 1 and not on_gpu:
         raise ConfigError("CONTEXT_PARALLEL_SIZE>1 needs GPUs (ring attention runs on the CUDA/ROCm kernels)")
     mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp, par.pp)
-    model, fp8, chosen = build_model(cfg, par, mesh, info.device, precision)
-    optimizer, impl = optim.build_optimizer(
-        model, cfg.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, fused=on_gpu, impl=cfg.adamw_impl
-    )
-    chosen = {"platform": backends.platform_name(), "precision": precision, **chosen,
-              "optimizer": f"AdamW ({impl})"}  # fmt: skip
+    _, step, applied = build_run(spec, info.device, mesh, par)
+    chosen = {"platform": backends.platform_name(), "precision": applied.precision,
+              "attention": applied.attention, **applied.lines(),
+              "optimizer": f"AdamW ({applied.optimizer})"}  # fmt: skip
     run.log_backends(chosen)
-    step = trainer_step(model, optimizer, par, info.device, mesh, precision, chosen["data_parallel"],
-                        compiled=cfg.compile, fp8=fp8, clip_norm=GRAD_CLIP_NORM,
-                        sync_each_micro_batch=cfg.reduce_each_micro_batch)  # fmt: skip
     run.write_config({"parallelism": vars(par), "backends": chosen, "deviations": cfg.deviations(),
                       "model_shape": str(shape)})  # fmt: skip
     warm_up(step, cfg.synthetic_warmup_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)

@@ -1,6 +1,6 @@
 """LoRA adapters, applied by one function:
 
-    apply_lora(model, LoraSettings(rank=16, alpha=32, dropout=0.1))   # or apply_lora(model, None): off
+    apply_lora(model, LoraSettings(rank=16, alpha=32, dropout=0.1), device)  # or apply_lora(model, None)
 
 The MLPerf Llama 2 70B recipe (NeMo's `LoRA(target_modules=["linear_qkv", "linear_proj"], dim=16, alpha=32,
 dropout=0.1, dropout_position="pre", lora_A_init_method="kaiming")`, and the MLCommons reference's peft
@@ -33,19 +33,23 @@ class LoraSettings:
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.1  # on the adapter's input, before A
-    kernel: bool = False  # dropout and A in one Triton kernel on GPUs (`fused.choose_kernel` decides)
+    kernel: str = "pytorch"  # LORA_KERNEL: "auto", dropout and A in one Triton kernel where it checks out
+    # on the run's GPU (`fused.choose_kernel`), or "pytorch"
 
 
 class LoraAdapter(nn.Module):
     """(alpha / rank) * B(A(dropout(x))): `in_features` -> `out_features` through `rank`."""
 
-    def __init__(self, in_features: int, out_features: int, settings: LoraSettings, device=None):
+    def __init__(
+        self, in_features: int, out_features: int, settings: LoraSettings, device=None, kernel: bool = False
+    ):
+        """`kernel`: dropout and A through our Triton kernel where it takes the input (`fused.fits`)."""
         super().__init__()
         self.dropout = nn.Dropout(settings.dropout)
         self.lora_a = nn.Linear(in_features, settings.rank, bias=False, device=device)
         self.lora_b = nn.Linear(settings.rank, out_features, bias=False, device=device)
         self.scale = settings.alpha / settings.rank
-        self.kernel = settings.kernel
+        self.kernel = kernel
         self.reset_parameters()
 
     @torch.no_grad()
@@ -70,9 +74,10 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if hasattr(m, "qkv_adapter") and hasattr(m, "o_adapter")]
 
 
-def apply_lora(model: nn.Module, settings: LoraSettings | None) -> str:
-    """Freeze every parameter of `model` and give each attention block its two adapters (trainable).
-    Returns what was done ("off" with None: nothing changes)."""
+def apply_lora(model: nn.Module, settings: LoraSettings | None, device: torch.device | None = None) -> str:
+    """Freeze every parameter of `model` and give each attention block its two adapters (trainable), their
+    dropout and A through the kernel `settings.kernel` picks for `device` (where the model will run; by
+    default its parameters' device). Returns what was done ("off" with None: nothing changes)."""
     if settings is None:
         return "off"
     if settings.rank <= 0 or settings.alpha <= 0 or not 0 <= settings.dropout < 1:
@@ -83,15 +88,16 @@ def apply_lora(model: nn.Module, settings: LoraSettings | None) -> str:
     blocks = attention_modules(model)
     if not blocks:
         raise ValueError(f"{type(model).__name__} has no attention module with LoRA slots")
+    kernel, chosen = fused.choose_kernel(settings.kernel, device or blocks[0].q_proj.weight.device)
     for attn in blocks:
-        device = attn.q_proj.weight.device
+        at = attn.q_proj.weight.device
         qkv_out = attn.q_proj.out_features + attn.k_proj.out_features + attn.v_proj.out_features
-        attn.qkv_adapter = LoraAdapter(attn.q_proj.in_features, qkv_out, settings, device)
-        attn.o_adapter = LoraAdapter(attn.o_proj.in_features, attn.o_proj.out_features, settings, device)
+        attn.qkv_adapter = LoraAdapter(attn.q_proj.in_features, qkv_out, settings, at, kernel)
+        attn.o_adapter = LoraAdapter(attn.o_proj.in_features, attn.o_proj.out_features, settings, at, kernel)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return (f"LoRA rank {settings.rank}, alpha {settings.alpha:g}, dropout {settings.dropout:g} on the fused "
             f"q|k|v and the output projection of {len(blocks)} blocks: {trainable:,} trainable parameters, "
-            "the rest frozen")  # fmt: skip
+            f"the rest frozen; dropout and A: {chosen}")  # fmt: skip
 
 
 def reset_lora(model: nn.Module) -> None:

@@ -7,31 +7,23 @@ random weights."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from training.common.config import ConfigError
-from training.fp8 import Fp8Settings, MlpLayout, choose_backend
-from training.llama import optim, parallel
-from training.llama.build import build_llama
-from training.llama.model import (
-    MLP,
-    TORCH_WINDOW_ATTENTION,
-    choose_attention,
-    compiled_cross_entropy,
-    cross_entropy,
-    cudnn_window_fault,
-)
-from training.llama.step import Step, train_step
+from training.fp8 import Fp8Settings
+from training.llama import parallel
+from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings, build_run
+from training.llama.model import TORCH_WINDOW_ATTENTION, choose_attention, cudnn_window_fault
+from training.llama.step import train_step
 from training.throughput import flops
 from training.throughput.config import ModelSpec, RunArgs
 from training.throughput.workload import Workload, gradient_sync
 
-# torch.optim.AdamW's defaults, as AMD's script (constant lr); the throughput does not depend on them
-LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
+# torch.optim.AdamW's defaults (`AdamWSettings`'), as AMD's script (constant lr); the throughput does not
+# depend on them
+ADAMW = AdamWSettings()
 CLIP_NORM = 1.0
 
 
@@ -52,6 +44,21 @@ def describe_attention(backend: str, window: int | None, device: torch.device) -
     return f"{backend}; sliding window {window} through {how}"
 
 
+def run_spec(spec: ModelSpec, args: RunArgs, attention: str) -> RunSpec:
+    """The run the flags describe: the model config's shape from random weights, FP8 (the weights all-gathered
+    in FP8 where FSDP2 shards them), activation checkpointing and compiled blocks as asked, bf16 compute on
+    GPUs (AdamW keeping the weights in bf16 where it can: `--bf16_weights`), fp32 on the CPU."""
+    fp8 = None
+    if args.enable_fp8:
+        fp8 = Fp8Settings(backend=args.fp8_backend, gather_in_fp8=True, fuse_mlp=FP8_MLP)
+    features = parallel.Features(
+        fp8=fp8, activation_checkpointing=args.activation_checkpointing, compile=args.enable_compile
+    )
+    step = StepSettings(clip_norm=CLIP_NORM, sync_each_micro_batch=args.reduce_each_iteration,
+                        hold_bf16_weights=args.bf16_weights)  # fmt: skip
+    return RunSpec(spec.shape, features, step, ADAMW, attention=attention)
+
+
 def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int) -> Workload:
     shape = spec.shape
     on_gpu = device.type == "cuda"
@@ -59,35 +66,9 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         attention = choose_attention(args.attention, device, shape.sliding_window)
     except ValueError as err:  # the kernel asked for cannot run here
         raise ConfigError(f"--attention {args.attention}: {err}") from None
-    fp8 = None
-    if args.enable_fp8:
-        fp8 = Fp8Settings(
-            backend=choose_backend(args.fp8_backend),
-            gather_in_fp8=mesh is not None,
-            fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj"),
-        )
-    features = parallel.Features(
-        fp8=fp8,
-        activation_checkpointing=args.activation_checkpointing,
-        compile=args.enable_compile,
-        param_dtype=torch.bfloat16 if on_gpu else torch.float32,
-    )
-    model, fp8_hooks, applied = build_llama(shape, attention, device, mesh, features)
-    optimizer, impl = optim.build_optimizer(model, LR, BETAS, EPS, WEIGHT_DECAY, fused=on_gpu)
-    # without FSDP (one process) bf16 comes from autocast, as in the Llama trainer; the matrices' weights from
-    # AdamW where it can hold them (`TritonAdamW.hold_bf16`: no casts of weights or gradients in the step)
-    autocast, held = contextlib.nullcontext(), 0
-    if on_gpu and applied["data_parallel"] == "off":
-        autocast = torch.autocast("cuda", torch.bfloat16)
-        if args.bf16_weights and fp8 is None and args.grad_accum == 1 and hasattr(optimizer, "hold_bf16"):
-            held = optimizer.hold_bf16([m.weight for m in model.modules() if isinstance(m, nn.Linear)])
-    step = Step(
-        model, optimizer, parallel.Parallelism(world, 1, 1, 1, world, args.grad_accum), device, mesh,
-        loss_fn=compiled_cross_entropy if args.enable_compile else cross_entropy,
-        autocast=autocast, fp8=fp8_hooks, clip_norm=CLIP_NORM,
-        sync_each_micro_batch=args.reduce_each_iteration,
-    )  # fmt: skip
-    applied["data_parallel"] = gradient_sync(applied["data_parallel"], args.reduce_each_iteration)
+    layout = parallel.Parallelism(world, 1, 1, 1, world, args.grad_accum)
+    model, step, applied = build_run(run_spec(spec, args, attention), device, mesh, layout)
+    held = applied.bf16_weights_held
     seq = shape.max_seq_length
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     generator = torch.Generator(device=device).manual_seed(args.seed + rank)
@@ -101,7 +82,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         """One optimizer step over `accum` micro-batches of `batch` random sequences (a pool of two,
         made on the device beforehand, so that no data movement is timed). A loss-parity bench
         (`perf/bench_throughput`) gives its own: `pool`, (batch, seq + 1) rows taken in turn, and `lr_at`, the
-        learning rate of the n-th step (from 0), else the constant `LR`."""
+        learning rate of the n-th step (from 0), else the constant `ADAMW.lr`."""
         if held and accum > 1:  # (bf16 gradients would add up in bf16)
             raise ValueError(f"bf16 weights held by AdamW take one iteration per step, not {accum}")
         if pool is None:
@@ -115,7 +96,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         def run() -> torch.Tensor:
             nonlocal done
             taken = [micro[(done * accum + i) % len(micro)] for i in range(accum)]
-            loss, _ = train_step(step, taken, LR if lr_at is None else lr_at(done))
+            loss, _ = train_step(step, taken, ADAMW.lr if lr_at is None else lr_at(done))
             done += 1
             return loss
 
@@ -123,12 +104,14 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
 
     precision = "bf16" if on_gpu else "fp32 (CPU)"
     how = f" ({held / 1e9:.2f} B matrix weights kept in bf16 by AdamW, autocast for the rest)" if held else ""
+    fp8 = "on" if args.enable_fp8 else "off"
     backends = {
-        "precision": f"{precision} compute{how}, fp32 master weights, FP8 {'on' if fp8 else 'off'}",
-        "attention": describe_attention(attention, shape.sliding_window, device),
-        **applied,
-        "optimizer": f"AdamW ({impl}), clip {CLIP_NORM}",
+        "precision": f"{precision} compute{how}, fp32 master weights, FP8 {fp8}",
+        "attention": describe_attention(applied.attention, shape.sliding_window, device),
+        **applied.lines(),
+        "optimizer": f"AdamW ({applied.optimizer}), clip {CLIP_NORM}",
     }
+    backends["data_parallel"] = gradient_sync(applied.data_parallel.description, args.reduce_each_iteration)
     return Workload(
         name=spec.name,
         unit="sequence",
