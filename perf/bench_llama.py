@@ -121,7 +121,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         if args.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         parallel.apply_compile(model, compiled)
-        parallel.apply_fsdp(model, mesh, param_dtype, spec.features.reshard_after_forward)
+        reduce_dtype = torch.float32 if spec.features.grad_reduce_in_fp32 else torch.bfloat16
+        parallel.apply_fsdp(model, mesh, param_dtype, spec.features.reshard_after_forward, reduce_dtype)
         if not init_first:
             model.to_empty(device=device)
             initialize_hf(model, shape, device)
@@ -233,14 +234,15 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach], "
+        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach]"
+        "[-bf16reduce][-flash4][-torchadamw], "
         "comma-separated "
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
         "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
         "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch; "
         "flash4: ours with FlashAttention-4, ATTENTION=flash4 (else PyTorch's SDPA); "
         "synceach: with --accum, gradients reduce-scattered after every micro-batch, "
-        "REDUCE_EACH_MICRO_BATCH=1)",
+        "REDUCE_EACH_MICRO_BATCH=1; bf16reduce: gradients reduce-scattered in bf16, GRAD_REDUCE_IN_FP32=0)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

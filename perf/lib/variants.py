@@ -58,6 +58,7 @@ LLAMA_MODIFIERS = {
     "torchadamw": "torch's fused AdamW (ADAMW_IMPL=torch)",
     "synceach": "with --accum, gradients reduce-scattered after each micro-batch (REDUCE_EACH_MICRO_BATCH=1)",
     "flash4": "FlashAttention-4 (ATTENTION=flash4), else PyTorch's SDPA",
+    "bf16reduce": "gradients reduce-scattered in bf16 (GRAD_REDUCE_IN_FP32=0)",
 }
 
 
@@ -76,7 +77,8 @@ def llama_variant(
         step=replace(base.step, sync_each_micro_batch="synceach" in modes),
     )
     spec = features(spec, activation_checkpointing=recompute, compile=compiled,
-                    reshard_after_forward="keep" not in modes)  # fmt: skip
+                    reshard_after_forward="keep" not in modes,
+                    grad_reduce_in_fp32="bf16reduce" not in modes)  # fmt: skip
     if precision in ("fp8", "fp8native"):
         spec = fp8(spec, "native" if precision == "fp8native" else "torchao",
                    gather_in_fp8="bf16gather" not in modes,

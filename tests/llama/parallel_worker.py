@@ -116,6 +116,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     gather = os.environ.get("FP8_PARAM_GATHER") == "1"
     features = parallel.Features(
         fp8=Fp8Settings(backend, gather_in_fp8=gather) if backend else None,
+        grad_reduce_in_fp32=os.environ.get("GRAD_REDUCE_IN_FP32") != "0",
         reshard_after_forward=os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1",
     )
     applied = parallel.apply_features(model, mesh, features, torch.float32)

@@ -122,6 +122,8 @@ class Features:
     # with FP8 and compile, a recomputed block compiles its forward inside its eager checkpoint (False: the
     # checkpoint compiled with the block, as bf16 blocks are: `apply_compile`)
     fp8_eager_checkpoint: bool = True
+    # FSDP2 reduce-scatters the gradients in float32; False: in bf16 (GRAD_REDUCE_IN_FP32=0)
+    grad_reduce_in_fp32: bool = True
     reshard_after_forward: bool = True
 
 
@@ -197,7 +199,8 @@ def apply_features(
     )
     outside = features.fp8 is not None and features.fp8_eager_checkpoint
     compiled = apply_compile(model, features.compile, outside)
-    sharded = apply_fsdp(model, mesh, param_dtype, features.reshard_after_forward)
+    reduce_dtype = torch.float32 if features.grad_reduce_in_fp32 else torch.bfloat16
+    sharded = apply_fsdp(model, mesh, param_dtype, features.reshard_after_forward, reduce_dtype)
     return Applied(pipeline, fp8, lora, tensor, checkpointed, compiled, sharded)
 
 
@@ -355,13 +358,19 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
 
 
 def apply_fsdp(
-    model: nn.Module, mesh: DeviceMesh | None, param_dtype: torch.dtype, reshard_after_forward: bool = True
+    model: nn.Module,
+    mesh: DeviceMesh | None,
+    param_dtype: torch.dtype,
+    reshard_after_forward: bool = True,
+    reduce_dtype: torch.dtype = torch.float32,
 ) -> Change:
     """FSDP2 `fully_shard` per block, then the root (embedding, final norm, output layer): parameters kept
     in float32 and sharded over the data-parallel ranks, gathered in `param_dtype` for compute, gradients
-    reduce-scattered in float32. The last block keeps its gathered weights for the backward that follows;
-    with `reshard_after_forward=False` every block does (no second all-gather in backward, at the cost of
-    all blocks' gathered weights in memory between forward and backward: 16 GB in bf16 for 8B)."""
+    reduce-scattered in `reduce_dtype` (float32, or bf16: half the bytes copied into the collective and
+    sent, the sharded result still added in float32). The last block keeps its gathered weights for the
+    backward that follows; with `reshard_after_forward=False` every block does (no second all-gather in
+    backward, at the cost of all blocks' gathered weights in memory between forward and backward: 16 GB in
+    bf16 for 8B)."""
     if _shard_ranks(mesh) == 1:
         return OFF
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -369,16 +378,18 @@ def apply_fsdp(
     # context-parallel ranks hold different tokens of the same sequences: they shard the weights too
     shard_mesh = mesh["dp", "cp"]._flatten("dp_cp") if mesh["cp"].size() > 1 else mesh["dp"]
 
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     blocks = transformer_blocks(model)
     for i, block in enumerate(blocks):
         reshard = reshard_after_forward and i < len(blocks) - 1
         fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mesh=shard_mesh, mp_policy=policy)
-    name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(param_dtype, str(param_dtype))
+    names = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+    name, reduce = (names.get(d, str(d)) for d in (param_dtype, reduce_dtype))
+    master = "fp32 master and reduce" if reduce == "fp32" else f"fp32 master, {reduce} reduce"
     kept = "" if reshard_after_forward else ", blocks kept gathered from forward to backward"
     ranks = shard_mesh.size()
-    return Change(ranks, f"FSDP2 over {ranks} ranks ({name} compute params, fp32 master and reduce{kept})")
+    return Change(ranks, f"FSDP2 over {ranks} ranks ({name} compute params, {master}{kept})")
 
 
 def reshard(model: nn.Module) -> None:

@@ -30,6 +30,13 @@ class LlamaRunSettings(RunSettings):
         "float32 gradients of the whole model held between micro-batches: 32 GB for the 8B; LoRA's are the "
         "adapters' only)",
     )
+    grad_reduce_in_fp32: bool = var(
+        "GRAD_REDUCE_IN_FP32",
+        True,
+        help="0: FSDP2 reduce-scatters the gradients in bf16, as AMD's and NVIDIA's Llama submissions do "
+        "(Megatron's grad_reduce_in_fp32=False): half the bytes copied and sent; the sharded float32 "
+        "gradients still accumulate in float32",
+    )
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8 (native, torchao)"
     )

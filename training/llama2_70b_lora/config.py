@@ -174,6 +174,7 @@ class LoraConfig(LlamaRunSettings):
             keep_attention=self.keep_attention,
             compile=self.compile,
             reshard_after_forward=self.reshard_after_forward,
+            grad_reduce_in_fp32=self.grad_reduce_in_fp32,
         )
         return RunSpec(
             self.model_shape(),

@@ -170,6 +170,7 @@ class LlamaPretrainConfig(LlamaRunSettings):
             activation_checkpointing=self.activation_checkpointing,
             compile=self.compile,
             reshard_after_forward=self.reshard_after_forward,
+            grad_reduce_in_fp32=self.grad_reduce_in_fp32,
         )
         return RunSpec(
             self.model_shape(),
