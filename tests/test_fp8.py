@@ -356,6 +356,7 @@ def test_calibration_recomputes_every_block():
     peak). So it recomputes every block: what it saves for the backward is about the blocks' inputs, far
     less than the same pass without recompute, and the blocks are kept again after it."""
     from training.fp8 import calibrate
+    from training.llama.checkpointing import recompute_every_block
     from training.llama.model import cross_entropy
 
     tokens = torch.randint(0, 1024, (2, 65), generator=torch.Generator().manual_seed(1))
@@ -375,17 +376,17 @@ def test_calibration_recomputes_every_block():
                 cross_entropy(model(tokens[:, :-1]), tokens[:, 1:]).backward()
 
         if pass_through_calibrate:
-            assert calibrate(model, forward_backward)
+            assert calibrate(model, forward_backward, recompute_every_block(model))
         else:
             forward_backward()
         return total[0]
 
     model = _tiny_fp8_llama(fp8=True)
-    assert not any(block.checkpointed for block in model.layers)
+    assert not any(block.recompute for block in model.layers)
     kept = saved_bytes(_tiny_fp8_llama(fp8=False), pass_through_calibrate=False)
     calibrating = saved_bytes(model, pass_through_calibrate=True)
     assert calibrating < kept / 2, (calibrating, kept)
-    assert not any(block.checkpointed or block.random for block in model.layers)
+    assert not any(block.recompute or block.random for block in model.layers)
 
 
 def test_local_data_unwraps_torchaos_fp8_all_gather_weight():

@@ -10,6 +10,7 @@ import training.fp8 as fp8_module
 from tests.llama.helpers import no_fp8_backend
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import parallel
+from training.llama.checkpointing import Checkpointed
 from training.llama.model import MLP, Llama, LlamaShape, compiled_cross_entropy, cross_entropy
 
 SHAPE = LlamaShape(
@@ -59,6 +60,8 @@ def test_activation_checkpointing_and_compile_keep_the_numbers():
     )
     assert parallel.apply_compile(model, True).description.startswith("torch.compile per block")
     assert [n for n, _ in model.named_parameters()] == list(grads)  # names unchanged (checkpoints load as-is)
+    assert list(model.state_dict()) == list(fresh().state_dict())  # (the wrappers hold the blocks' children)
+    assert all(isinstance(block, Checkpointed) and block.recompute for block in model.layers)
     loss2, grads2 = loss_and_grads(model, loss_fn=compiled_cross_entropy)  # what COMPILE=1 trains with
     torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
     for name, grad in grads.items():
@@ -79,8 +82,8 @@ def test_fp8_blocks_compile_inside_their_checkpoint_and_keep_the_numbers():
         runs.append(loss_and_grads(model, fp8))
     assert "(2 blocks, 1 of them inside their eager checkpoint (FP8))" in described.description
     first, second = model.layers
-    assert "_forward" in vars(first) and first._compiled_call_impl is None  # its forward, not the block
-    assert "_forward" not in vars(second) and second._compiled_call_impl is not None
+    assert first.compiled_inside and first._compiled_call_impl is None  # its parts, not the wrapper
+    assert not second.compiled_inside and second._compiled_call_impl is not None
     (loss, grads), (loss2, grads2) = runs
     torch.testing.assert_close(loss2, loss, atol=1e-5, rtol=1e-5)
     for name, grad in grads.items():

@@ -184,7 +184,11 @@ def needs_calibration(model: nn.Module) -> bool:
     return any(isinstance(m, Fp8Linear) and not m.calibrated for m in model.modules())
 
 
-def calibrate(model: nn.Module, forward_backward: Callable[[], object]) -> bool:
+def calibrate(
+    model: nn.Module,
+    forward_backward: Callable[[], object],
+    recompute: contextlib.AbstractContextManager | None = None,
+) -> bool:
     """Measure the native FP8 casts' scales before the first real update: run `forward_backward` (one step's
     forward and backward, on the batch the step will train on or on the warm-up's synthetic one) eagerly
     with every FP8 linear computing in bf16 and recording the amaxes of its input and of its incoming
@@ -194,25 +198,20 @@ def calibrate(model: nn.Module, forward_backward: Callable[[], object]) -> bool:
     first steps barely move (issue 34; `tests/test_fp8.py` shows it on a toy model). A no-op (False) when
     nothing needs it.
 
-    Every block that the run keeps for its backward (a module with `checkpointed` False:
-    `apply_activation_checkpointing`) is recomputed in this pass: eager and in bf16, a kept block saves more
-    than twice what its compiled FP8 forward does, and this one pass set the whole run's peak (Llama 2 70B
-    LoRA on 4 x H200: 3.25 GiB a kept block against 1.41 in the steps after; ACL 54 ran out of memory here,
-    and only here, 2026-11-27)."""
+    `recompute`: a context in which the model recomputes every block in the backward, drawing its random
+    numbers again the same (a Llama's: `training.llama.checkpointing.recompute_every_block`), entered for
+    this pass: eager and in bf16, a block kept for its backward saves more than twice what its compiled FP8
+    forward does, and without it this one pass set the whole run's peak (Llama 2 70B LoRA on 4 x H200: 3.25
+    GiB a kept block against 1.41 in the steps after; ACL 54 ran out of memory here, and only here)."""
     if not needs_calibration(model):
         return False
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    kept = [m for m in model.modules() if getattr(m, "checkpointed", None) is False]
-    randoms = [getattr(m, "random", False) for m in kept]
+    recompute = recompute or contextlib.nullcontext()
     try:
-        for m in kept:  # (the recompute draws dropout's masks again the same: `random`)
-            m.checkpointed, m.random = True, True
-        with torch.compiler.set_stance("force_eager"), native.calibrating():
+        with recompute, torch.compiler.set_stance("force_eager"), native.calibrating():
             forward_backward()
     finally:
-        for m, random in zip(kept, randoms):
-            m.checkpointed, m.random = False, random
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)

@@ -343,39 +343,29 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """One decoder block: attention and MLP, each after its RMSNorm, each added to the residual stream. Its
+    forward is also offered in parts around the attention kernel (`project`, `self_attn.attend`,
+    `after_attention`), which activation checkpointing recomputes apart (`training.llama.checkpointing`)."""
+
     def __init__(self, shape: LlamaShape, backend: str):
         super().__init__()
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
         self.self_attn = Attention(shape, backend)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.norm_eps)
         self.mlp = MLP(shape)
-        # set by apply_activation_checkpointing: recompute in the backward; but not the attention kernel
-        # (its output stays from the forward); it draws random numbers (LoRA's dropout), which the
-        # recompute must draw again the same
-        self.checkpointed = self.keep_attention = self.random = False
-
-    def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
-        out = self.self_attn.attend(*self._project(x, cos, sin), cu_seqlens, max_seqlen)
-        return self._after_attention(x, out)
-
-    def _project(self, x, cos, sin):
-        return self.self_attn.project(self.input_layernorm(x), cos, sin)
-
-    def _after_attention(self, x, out):
-        x = x + self.self_attn.output(out)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
-        if not (self.checkpointed and torch.is_grad_enabled()):
-            return self._forward(x, cos, sin, cu_seqlens, max_seqlen)
-        recompute = functools.partial(
-            torch.utils.checkpoint.checkpoint, use_reentrant=False, preserve_rng_state=self.random
-        )
-        if not self.keep_attention:
-            return recompute(self._forward, x, cos, sin, cu_seqlens, max_seqlen)
-        # two recomputed halves around the attention kernel, which saves its inputs and output as usual
-        q, k, v = recompute(self._project, x, cos, sin)
-        return recompute(self._after_attention, x, self.self_attn.attend(q, k, v, cu_seqlens, max_seqlen))
+        out = self.self_attn.attend(*self.project(x, cos, sin), cu_seqlens, max_seqlen)
+        return self.after_attention(x, out)
+
+    def project(self, x, cos, sin):
+        """The residual stream x -> the attention's q, k, v."""
+        return self.self_attn.project(self.input_layernorm(x), cos, sin)
+
+    def after_attention(self, x, out):
+        """The attention kernel's output added to x, then the MLP's."""
+        x = x + self.self_attn.output(out)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Llama(nn.Module):

@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
 from training.fp8 import Fp8, Fp8Settings, apply_fp8
+from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
 
 
@@ -317,19 +318,21 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> Change:
 def apply_activation_checkpointing(
     model: nn.Module, enabled: bool, layers: int | None = None, keep_attention: bool = False
 ) -> Change:
-    """Recompute each block's forward in the backward (the first `layers` blocks only, when given: AMD's
-    ACL), keeping only its input. With `keep_attention` the recompute runs in two halves around the attention
+    """Put each block in a `checkpointing.Checkpointed` wrapper (parameter names unchanged), which recomputes
+    the block's forward in the backward, keeping only its input, when `enabled` (the first `layers` blocks
+    only, when given: AMD's ACL). With `keep_attention` the recompute runs in two halves around the attention
     kernel, whose output stays from the forward: one attention forward less a block, for 0.13 GiB more a
     block of the 70B width at 8192 tokens where the block compiles whole (the compiler recomputes q, k, v for
     the kernel's backward) and 0.28 GiB where the halves compile inside eager checkpoints (FP8: q, k, v kept
     too). A block with dropout (LoRA's) saves the random number generators' state and restores it for the
-    recompute, which then drops what the forward dropped (so: after `apply_lora`)."""
+    recompute, which then drops what the forward dropped (so: after `apply_lora`). Off, the blocks are
+    wrapped too and run as they are: FP8's calibration recomputes them all through their wrappers."""
+    count = 0 if not enabled else len(model.layers) if layers is None else min(layers, len(model.layers))
+    for i, block in enumerate(model.layers):
+        recompute = i < count
+        model.layers[i] = Checkpointed(block, recompute, keep_attention=keep_attention and recompute)
     if not enabled:
         return OFF
-    count = len(model.layers) if layers is None else min(layers, len(model.layers))
-    for block in list(model.layers)[:count]:
-        block.checkpointed, block.keep_attention = True, keep_attention
-        block.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
     what = "recompute but the attention kernel" if keep_attention else "full recompute"
     return Change(count, f"{what} of {count} of {len(model.layers)} blocks")
 
@@ -337,18 +340,18 @@ def apply_activation_checkpointing(
 def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = False) -> Change:
     """torch.compile each block in place (parameter names unchanged); the embedding and output layer stay
     eager. (The trainer then also takes `compiled_cross_entropy` for its loss.) With `checkpoint_outside`
-    (FP8 on), a checkpointed block compiles its forward only, inside the eager checkpoint: compiled together
-    with the checkpoint, the tensors our FP8 functions save for their backward were kept, not recomputed
-    (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per block kept after the forward; `perf/RESULTS.md`).
-    BF16 blocks keep the checkpoint inside the compiled graph, where it does recompute."""
+    (FP8 on), a recomputed block compiles its parts only, inside the eager checkpoint
+    (`Checkpointed.compile_inside`): compiled together with the checkpoint, the tensors our FP8 functions
+    save for their backward were kept, not recomputed (Llama 2 70B LoRA blocks on an H200: 1.1 GiB more per
+    block kept after the forward; `perf/RESULTS.md`). BF16 blocks keep the checkpoint inside the compiled
+    graph, where it does recompute."""
     if not enabled:
         return OFF
     blocks = transformer_blocks(model)
     outside = 0
     for block in blocks:
-        if checkpoint_outside and getattr(block, "checkpointed", False):
-            for part in ("_forward", "_project", "_after_attention"):  # (the halves: `keep_attention`)
-                setattr(block, part, torch.compile(getattr(block, part)))
+        if checkpoint_outside and isinstance(block, Checkpointed) and block.recompute:
+            block.compile_inside()
             outside += 1
         else:
             block.compile()

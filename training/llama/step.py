@@ -23,6 +23,7 @@ from torch import nn
 from training.common import dist
 from training.fp8 import Fp8, calibrate, reset_after_materialize
 from training.llama import parallel
+from training.llama.checkpointing import recompute_every_block
 from training.llama.model import cross_entropy
 
 
@@ -108,7 +109,9 @@ def train_step(
     for group in step.optimizer.param_groups:
         group["lr"] = lr
     if not step.fp8_checked:  # native FP8's scales measured on this batch first, unless the warm-up did
-        calibrate(step.model, lambda: forward_backward(step, micro_batches))
+        calibrate(
+            step.model, lambda: forward_backward(step, micro_batches), recompute_every_block(step.model)
+        )
         step.fp8_checked = True
     loss = forward_backward(step, micro_batches)
     # the mean of every rank's loss (data-parallel ranks read different sequences, context-parallel ranks
@@ -209,5 +212,6 @@ def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_siz
     step.model.train()
     parallel.reshard(step.model)
     reset_after_materialize(step.model)
-    calibrate(step.model, lambda: forward_backward(step, [(t, t) for t in tokens.chunk(accum)]))
+    calibrate(step.model, lambda: forward_backward(step, [(t, t) for t in tokens.chunk(accum)]),
+              recompute_every_block(step.model))  # fmt: skip
     step.fp8_checked = True
