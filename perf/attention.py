@@ -225,8 +225,8 @@ def llama(heads: int = 32, kv: int = 8, name: str = "Llama 3.1 8B") -> None:
 def flash4_rows(results, q, k, v, grad, ref, useful, name, window=None) -> None:
     """FlashAttention-4 (`training.llama.flash4`, backend `flash4`) on the same (batch, heads, seq, dim)
     tensors, as the model calls it: (batch, seq, heads, dim) contiguous, the custom ops eager."""
+    from training.llama.attention import windowed_attention
     from training.llama.flash4 import flash4_attention, flash4_fault
-    from training.llama.model import windowed_attention
 
     fault = flash4_fault(q.device)
     print(f"FlashAttention-4: {fault or 'runs and matches SDPA (flash4_fault)'}")
@@ -264,11 +264,11 @@ def lora() -> None:
 
 def mistral() -> None:
     """Mistral 7B's sliding window (4096) over one 8192-token sequence, 32/8 heads of 128: the kernels the
-    model can take (`training.llama.model.windowed_attention`), torchtitan's FlexAttention with a window
+    model can take (`training.llama.attention.windowed_attention`), torchtitan's FlexAttention with a window
     block mask, and plain causal cuDNN (no window) for scale; each checked against the band mask."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from training.llama.model import TORCH_WINDOW_ATTENTION, cudnn_window_fault, windowed_attention
+    from training.llama.attention import TORCH_WINDOW_ATTENTION, cudnn_window_fault, windowed_attention
 
     dev, seq, heads, kv, dim, window = torch.device("cuda"), 8192, 32, 8, 128, 4096
     gen = torch.Generator(device=dev).manual_seed(0)

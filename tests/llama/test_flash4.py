@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from training.llama import flash4
-from training.llama.model import Llama, LlamaShape, choose_attention
+from training.llama.attention import choose_attention
+from training.llama.model import Llama, LlamaShape
 
 
 def _masked_scores(q, k, cu, left):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.llama.model import Llama, LlamaShape, attention, choose_attention, cudnn_window_fault
+from training.llama.attention import attention, choose_attention, cudnn_window_fault
+from training.llama.model import Llama, LlamaShape
 
 
 def reference(q, k, v, window: int) -> torch.Tensor:
@@ -67,7 +68,7 @@ def test_no_window_or_one_as_long_as_the_sequence_leaves_the_model_unchanged(win
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's flash kernel needs a GPU")
 def test_the_gpu_kernel_matches_the_band_mask():
     """The GPU path (varlen_attn with a window, GQA) against the band mask on the CPU, both directions."""
-    from training.llama.model import TORCH_WINDOW_ATTENTION
+    from training.llama.attention import TORCH_WINDOW_ATTENTION
 
     if TORCH_WINDOW_ATTENTION is None:
         pytest.skip(f"torch {torch.__version__} has no varlen_attn with a window")
@@ -100,13 +101,13 @@ def test_cudnns_banded_kernel_is_chosen_only_on_an_nvidia_gpu_where_it_matches(m
     assert cudnn_window_fault(cpu) == "not an NVIDIA GPU"
     assert choose_attention("auto", cpu, window=4096) == "sdpa"
     # an NVIDIA GPU without the package: the reason is named, and the suite's summary line says it
+    import training.llama.attention as attention_module
     import training.llama.flash4 as flash4_module
-    import training.llama.model as model_module
     import training.throughput.llm as llm
 
     cudnn_window_fault.cache_clear()
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    for module in (model_module, flash4_module):  # neither cuDNN's frontend nor flash-attn(-4) installed
+    for module in (attention_module, flash4_module):  # neither cuDNN's frontend nor flash-attn(-4) installed
         monkeypatch.setattr(module, "importable", lambda name: False)
     monkeypatch.setattr(llm, "TORCH_WINDOW_ATTENTION", object())
     gpu = torch.device("cuda")

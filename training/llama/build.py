@@ -34,12 +34,12 @@ from torch import nn
 from training.common.backends import choose_precision
 from training.fp8 import MlpLayout, reset_after_materialize, store_weights_in_fp8
 from training.llama import optim, parallel
+from training.llama.attention import choose_attention
 from training.llama.checkpoint import load_hf_checkpoint
 from training.llama.model import (
     MLP,
     Llama,
     LlamaShape,
-    choose_attention,
     compiled_cross_entropy,
     cross_entropy,
     init_weights,

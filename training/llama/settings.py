@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from training.common.config import RunSettings, var
-from training.llama.model import ATTENTIONS
+from training.llama.attention import ATTENTIONS
 
 ADAMW_IMPLS = ("auto", "torch")
 

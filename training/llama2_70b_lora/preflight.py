@@ -44,7 +44,7 @@ def report() -> list[tuple[str, str]]:
     import torch
 
     from training.fp8 import auto_backend
-    from training.llama.model import choose_attention
+    from training.llama.attention import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     attention = choose_attention("auto", device)

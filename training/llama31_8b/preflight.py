@@ -49,7 +49,7 @@ def report() -> list[tuple[str, str]]:
     import torch
 
     from training.fp8 import auto_backend
-    from training.llama.model import choose_attention
+    from training.llama.attention import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     optimizer = "AdamW: ours in Triton where it matches torch's fused" if device.type == "cuda" else (

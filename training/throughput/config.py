@@ -25,7 +25,8 @@ from pathlib import Path
 
 from training.common.config import ConfigError
 from training.fp8 import BACKENDS as FP8_BACKENDS
-from training.llama.model import ATTENTIONS, LlamaShape, RopeScaling
+from training.llama.attention import ATTENTIONS
+from training.llama.model import LlamaShape, RopeScaling
 
 MODEL_TYPES = ("llama", "mistral", "flux")
 # AMD's keys -> LlamaShape's fields (pytorch-training-benchmark: LLaMAConfig, MistralConfig)

@@ -14,14 +14,14 @@ import torch
 from training.common.config import ConfigError
 from training.fp8 import Fp8Settings
 from training.llama import parallel
+from training.llama.attention import TORCH_WINDOW_ATTENTION, choose_attention, cudnn_window_fault
 from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings, build_run
-from training.llama.model import TORCH_WINDOW_ATTENTION, choose_attention, cudnn_window_fault
 from training.llama.step import train_step
 from training.throughput import flops
 from training.throughput.config import ModelSpec, RunArgs
 from training.throughput.workload import Workload, gradient_sync
 
-# torch.optim.AdamW's defaults (`AdamWSettings`'), as AMD's script (constant lr); the throughput does not
+# torch.optim.AdamW's defaults (`AdamWSettings`), as AMD's script (constant lr); the throughput does not
 # depend on them
 ADAMW = AdamWSettings()
 CLIP_NORM = 1.0
