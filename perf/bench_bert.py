@@ -47,9 +47,10 @@ from perf.bert_rows import ROWS as DEFAULT_ROWS
 from perf.timing import print_profile
 from training.bert import data
 from training.bert.attention import choose_attention
+from training.bert.build import apply_compile, apply_data_parallel, autocast_context, fp8_settings
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step
 from training.bert.optim import Lamb, param_groups
-from training.bert.train import apply_compile, apply_data_parallel, autocast_context, fp8_settings, train_step
+from training.bert.step import train_step
 from training.common import dist
 from training.fp8 import apply_fp8
 

@@ -278,9 +278,10 @@ def part_bert(args, device) -> dict:
 
     from training.bert import data
     from training.bert.attention import choose_attention
+    from training.bert.build import apply_compile, autocast_context, fp8_settings
     from training.bert.model import BertForPackedPretraining, BertShape, from_hf_state_dict
     from training.bert.optim import Lamb, param_groups, poly_warmup_lr
-    from training.bert.train import apply_compile, autocast_context, fp8_settings, train_step
+    from training.bert.step import train_step
     from training.common import dist
     from training.fp8 import apply_fp8
 

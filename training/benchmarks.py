@@ -1,7 +1,9 @@
 """The benchmarks this toolkit runs: one table, read by the launchers (`run_and_time.sh`, `prepare_data.sh`
 through this module's command line), the preflight, the doctor and the scorer. A new benchmark is one row
-here and one package beside `training/bert/`, with the same files: `config.py`, `preflight.py`, `data.py`,
-`model.py`, `train.py` and a README.
+here and one package beside `training/bert/`, with the same file roles: `config.py` (the environment read
+once into a typed config), `preflight.py`, `data.py`, the model (`model.py`), its build (`build.py`) and its
+step (`step.py`), the entry point (`train.py`) and a README. The two Llama benchmarks share the model, build
+and step of their family (`training/llama/`), which their configs' `run_spec()` describe the run to.
 
 The rows name packages and modules as strings: nothing here imports a benchmark.
 
@@ -25,7 +27,7 @@ MLPERF_LOGGING_VERSION = "4.1.68"
 class Benchmark:
     name: str  # MLPerf's `submission_benchmark`, and BENCHMARK in the configs
     title: str
-    package: str  # the Python package: config, preflight, data, model, train
+    package: str  # the Python package: config, preflight, data, (model, build, step,) train
     ruleset: str  # the last MLPerf Training round that has this benchmark
     target: float  # the official quality target on `eval_accuracy`
     higher_is_better: bool

@@ -10,7 +10,7 @@ import torch
 from tests.bert.synthetic import TINY
 from tests.bert.test_golden import packed_rows
 from tests.bert.test_train import mllog, run_train
-from training.bert import data, train
+from training.bert import build, data, step
 from training.bert.model import BertForPackedPretraining, BertShape
 from training.bert.optim import Lamb, param_groups
 from training.common.dist import DistInfo
@@ -36,14 +36,14 @@ def weights(model) -> list[torch.Tensor]:
 
 def test_fp16_steps_scale_the_loss_and_skip_an_overflow():
     model, optimizer, batches = tiny_setup()
-    scaler = train.loss_scaler("fp16", 2.0**21, CPU.device)  # too large: the first steps overflow
-    autocast = train.autocast_context("fp16", CPU.device, Fp8())
+    scaler = step.loss_scaler("fp16", 2.0**21, CPU.device)  # too large: the first steps overflow
+    autocast = build.autocast_context("fp16", CPU.device, Fp8())
     before = weights(model)
-    train.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
+    step.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
     assert scaler.get_scale() == 2.0**20  # halved, and the step skipped
     assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
     for _ in range(8):  # the scale comes down until a step's gradients fit in float16
-        loss = train.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
+        loss = step.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
         if any(not torch.equal(a, b) for a, b in zip(before, weights(model))):
             break
     assert torch.isfinite(loss) and scaler.get_scale() < 2.0**20
@@ -52,8 +52,8 @@ def test_fp16_steps_scale_the_loss_and_skip_an_overflow():
 
 
 def test_no_loss_scale_outside_fp16():
-    assert not train.loss_scaler("bf16", 1024.0, CPU.device).is_enabled()
-    assert train.loss_scaler("fp16", 1024.0, CPU.device).get_scale() == 1024.0
+    assert not step.loss_scaler("bf16", 1024.0, CPU.device).is_enabled()
+    assert step.loss_scaler("fp16", 1024.0, CPU.device).get_scale() == 1024.0
 
 
 @pytest.mark.slow

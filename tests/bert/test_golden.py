@@ -1,4 +1,4 @@
-"""BERT's step (`training.bert.train.train_step`, 2 accumulated micro-batches of packed rows, LAMB) on a tiny
+"""BERT's step (`training.bert.step.train_step`, 2 accumulated micro-batches of packed rows, LAMB) on a tiny
 seeded run, against the golden file (`tests/golden.py`). The state dict's names are the model's own, so a
 renamed parameter shows here too."""
 
@@ -9,7 +9,7 @@ import torch
 
 from tests.bert.synthetic import TINY, make_sequence
 from tests.golden import check_golden, digest
-from training.bert import data, train
+from training.bert import build, data, step
 from training.bert.model import BertForPackedPretraining, BertShape
 from training.bert.optim import Lamb, param_groups
 from training.common.dist import DistInfo
@@ -73,6 +73,6 @@ def run():
     packed = packed_rows(np.random.default_rng(3), steps * accum * rows)
     batches = iter([data.collate(packed[i * rows : (i + 1) * rows], 512) for i in range(steps * accum)])
     info = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    autocast = train.autocast_context("fp32", info.device, Fp8())
-    losses = [train.train_step(model, optimizer, batches, accum, autocast, info).item() for _ in range(steps)]
+    autocast = build.autocast_context("fp32", info.device, Fp8())
+    losses = [step.train_step(model, optimizer, batches, accum, autocast, info).item() for _ in range(steps)]
     check_golden("bert", "accum2", {"losses": losses, "weights": digest(OldNames(model))})

@@ -9,29 +9,17 @@ not converged, diverged, or what it raised) goes to LOGDIR/<RUN_TAG>.outcome.jso
 from __future__ import annotations
 
 import functools
-import math
 import sys
-from contextlib import ExitStack, nullcontext
 
-import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-from training.bert import attention as attention_impls
 from training.bert import data
+from training.bert.build import apply_compile, apply_data_parallel, autocast_context, build_model
 from training.bert.config import BENCHMARK, OFFICIAL_TARGET, BertConfig
-from training.bert.model import (
-    BertForPackedPretraining,
-    BertShape,
-    FeedForward,
-    load_pretrained,
-    pretraining_loss,
-)
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
+from training.bert.step import evaluate, loss_scaler, train_step, warm_up
 from training.common import backends, dist, outcome
-from training.common.config import ConfigError, config_from_environment
+from training.common.config import config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
-from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8, calibrate
 
 
 def main() -> outcome.Outcome:
@@ -98,81 +86,6 @@ def main() -> outcome.Outcome:
     )
 
 
-def build_model(cfg: BertConfig, paths: dict, device: torch.device, precision: str):
-    """(model, FP8 hooks, what was chosen): the model of BERT_CONFIG with its attention, the checkpoint's
-    weights (or a random init) on `device`, FP8 swapped in for PRECISION=fp8."""
-    shape = BertShape.from_json(paths["bert_config"])
-    attention = attention_impls.choose_attention(cfg.attention)
-    if cfg.residual_dtype == "bf16" and precision not in ("bf16", "fp8"):
-        raise ConfigError(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8; PRECISION={cfg.precision} "
-                          f"resolved to {precision} here")  # fmt: skip
-    model = BertForPackedPretraining(shape, attention)
-    model.set_residual_dtype(torch.bfloat16 if cfg.residual_dtype == "bf16" else None)
-    if paths["init_checkpoint"] is not None:
-        load_pretrained(model, paths["init_checkpoint"])
-    model.to(device)
-    fp8 = apply_fp8(model, fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts) if precision == "fp8" else None)
-    return model, fp8, {"attention": attention, "precision": precision, "fp8": fp8.description}
-
-
-def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp8Settings:
-    """FP8 for the encoder layers' linears; with the native backend each layer's FFN runs as one function
-    (unless `fuse_ffn` is off: to compare)."""
-    layout = MlpLayout(FeedForward, up="up", down="down") if fuse_ffn else None
-    return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts)
-
-
-def loss_scaler(precision: str, init_scale: float, device: torch.device) -> torch.amp.GradScaler:
-    """fp16: a dynamic loss scale from `init_scale` (INIT_LOSS_SCALE), so that small gradients do not flush to
-    zero in float16; a step whose gradients overflow is skipped and the scale halved. Other precisions: off
-    (the scaler passes the loss and the step through)."""
-    return torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=precision == "fp16")
-
-
-NO_LOSS_SCALE = torch.amp.GradScaler("cpu", enabled=False)
-
-
-def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo,
-               scaler: torch.amp.GradScaler = NO_LOSS_SCALE) -> torch.Tensor:  # fmt: skip
-    """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss. Native
-    FP8's first step measures its scales on the first micro-batch before it trains (`fp8.calibrate`)."""
-    for micro in range(gradient_steps):
-        batch = next(batches).to(info.device)
-        if micro == 0:
-            calibrate(model, functools.partial(_calibration_pass, model, batch, autocast))
-        sync = micro == gradient_steps - 1 or info.world_size == 1
-        with nullcontext() if sync else model.no_sync(), autocast():
-            loss = pretraining_loss(*model(batch), batch)
-        scaler.scale(loss / gradient_steps).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
-
-
-def _calibration_pass(model, batch, autocast) -> None:
-    with autocast():
-        loss = pretraining_loss(*model(batch), batch)
-    loss.backward()
-
-
-def warm_up(model, optimizer, cfg: BertConfig, autocast, info: dist.DistInfo, scaler: torch.amp.GradScaler,
-            steps: int = 2) -> None:  # fmt: skip
-    """Untimed, before run_start (as NVIDIA does): compile the model and optimizer on synthetic rows with
-    LR 0, so the weights do not move, then clear the optimizer state. A no-op unless COMPILE=1."""
-    if not cfg.compile:
-        return
-    batch = data.pad_static(data.collate(data.synthetic_rows(cfg.batch_size, cfg.max_seq_length),
-                                         cfg.max_seq_length), cfg.batch_size)  # fmt: skip
-    for group in optimizer.param_groups:
-        group["lr"] = 0.0
-    for _ in range(steps):
-        train_step(model, optimizer, iter([batch] * cfg.gradient_steps), cfg.gradient_steps, autocast, info,
-                   scaler)  # fmt: skip
-    optimizer.state.clear()
-    optimizer.reset_step()
-
-
 def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
     """Every key the BERT closed rules require, plus the ones NVIDIA logs for the reader."""
     mllog.hyperparameters({
@@ -196,51 +109,6 @@ def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
     if cfg.target_accuracy != OFFICIAL_TARGET:
         print(f"bert: TARGET_MLM_ACCURACY={cfg.target_accuracy} is not MLPerf's {OFFICIAL_TARGET}: "
               "this run is NOT a valid MLPerf result", file=sys.stderr)  # fmt: skip
-
-
-def apply_compile(model: torch.nn.Module, enabled: bool, mode: str | None = None) -> torch.nn.Module:
-    """torch.compile around the DDP wrapper, so that its optimizer splits the graph at bucket boundaries
-    and gradient all-reduces overlap the backward pass."""
-    return torch.compile(model, mode=mode) if enabled else model
-
-
-def apply_data_parallel(model: torch.nn.Module, info: dist.DistInfo) -> torch.nn.Module:
-    if info.world_size == 1:
-        return model
-    ids = [info.device.index] if info.device.type == "cuda" else None
-    return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
-
-
-def autocast_context(precision: str, device: torch.device, fp8: Fp8):
-    """A factory of the context every forward runs in: autocast to the compute dtype (bf16 under FP8 too,
-    whose matmuls are the swapped linear layers) and Transformer Engine's FP8 autocast where TE is the FP8
-    backend."""
-    dtype = {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    if dtype is None:
-        return nullcontext
-
-    def context() -> ExitStack:
-        stack = ExitStack()
-        stack.enter_context(torch.autocast(device.type, dtype=dtype))
-        stack.enter_context(fp8.forward_context())
-        return stack
-
-    return context
-
-
-@torch.no_grad()
-def evaluate(model, eval_set, autocast, device) -> float:
-    """Masked-LM accuracy over all ranks, weighted by masked tokens."""
-    model.eval()
-    totals = torch.zeros(2, dtype=torch.float64, device=device)
-    for batch in eval_set:
-        with autocast():
-            mlm_logits, _ = model(batch)
-        totals[0] += (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
-        totals[1] += batch.mlm_labels.numel()
-    model.train()
-    correct, count = dist.all_reduce_sum(totals).tolist()
-    return correct / count if count else math.nan
 
 
 if __name__ == "__main__":
