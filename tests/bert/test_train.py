@@ -130,6 +130,7 @@ def test_the_run_stops_at_max_steps_and_counts_the_packed_sequences(bert_data, t
     assert logged["run_stop"]["metadata"] == {**logged["run_stop"]["metadata"], "status": "aborted"}
     assert logged["opt_learning_rate_training_steps"]["value"] == 5.0  # a float, as NVIDIA logs it
     assert logged["opt_epsilon"]["value"] == logged["opt_lamb_epsilon"]["value"] == 1e-6
+    assert logged["opt_epsilon"]["metadata"]["file"] == "training/bert/train.py"  # the line that logged it
     assert logged["block_start"]["metadata"]["first_epoch_num"] == 1 and "epoch_start" in logged
     log = tmp_path / "bert.log"
     log.write_text(proc.stdout)
