@@ -84,6 +84,8 @@ def test_cpu_default_converges_and_its_log_passes_the_checker(tmp_path, demo_dat
     assert stop["metadata"]["samples_count"] == evals[-1]["metadata"]["samples_count"] == 256 * len(evals)
     logged = {e["key"]: e["value"] for e in events}
     assert logged["opt_end_learning_rate"] == pytest.approx(0.1 * logged["opt_base_learning_rate"])
+    lines = {e["key"]: e["metadata"]["file"] for e in events}  # each names the line that logged it
+    assert lines["opt_end_learning_rate"] == lines["backend_data_parallel"] == "training/llama31_8b/train.py"
     assert logged["opt_learning_rate_decay_steps"] == 1_200_000 - logged["opt_learning_rate_warmup_steps"]
     assert (
         logged["max_steps"] == 1_200_000
