@@ -104,14 +104,20 @@ class BertConfig(RunSettings):
         return self.warmup_steps or round(self.warmup_proportion * self.max_steps)
 
     def eval_steps(self, world_size: int) -> list[int]:
-        """Optimizer steps after which to evaluate: EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES."""
+        """Optimizer steps after which to evaluate: at EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES,
+        below MAX_SAMPLES_TERMINATION (NVIDIA's run_pretraining.py: ceil(s / GBS) for s in
+        arange(start, MAX_SAMPLES_TERMINATION, every)). A step limit that is not one of them ends the run
+        without a last evaluation, as there."""
         gbs = self.global_batch_size(world_size)
-        starts = range(self.eval_iter_start_samples, self.max_samples_termination + self.eval_iter_samples,
-                       self.eval_iter_samples)  # fmt: skip
+        starts = range(self.eval_iter_start_samples, self.max_samples_termination, self.eval_iter_samples)
         return sorted({math.ceil(s / gbs) for s in starts})
 
     def max_train_steps(self, world_size: int) -> int:
-        return math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+        """The run's last step: MAX_STEPS (the end of the LR schedule, where NVIDIA's loop stops), or the
+        step that reaches MAX_SAMPLES_TERMINATION samples if that comes first."""
+        return min(
+            self.max_steps, math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+        )
 
     def paths(self) -> dict[str, Path | None]:
         phase1 = self.datadir / "phase1"

@@ -90,7 +90,8 @@ def log_hyperparameters(
     official_model: bool,
 ) -> None:  # fmt: skip
     """Every key closed_llama2_70b_lora.yaml (5.1.0) requires, with the sizes AMD and NVIDIA log
-    (`train_samples`, `eval_samples`: the rows of each file), the optimizer's fixed values and the target."""
+    (`train_samples`, `eval_samples`: the rows of each file), the optimizer's fixed values and the target;
+    `lora_alpha` a whole number where it is one, as both log it."""
     mllog.hyperparameters({
         constants.GLOBAL_BATCH_SIZE: gbs,
         constants.GRADIENT_ACCUMULATION_STEPS: par.grad_accum,
@@ -107,7 +108,7 @@ def log_hyperparameters(
         constants.OPT_ADAMW_EPSILON: ADAMW_EPS,
         constants.OPT_ADAMW_WEIGHT_DECAY: cfg.weight_decay,
         constants.OPT_GRADIENT_CLIP_NORM: cfg.clip_norm,
-        constants.LORA_ALPHA: cfg.lora_alpha,
+        constants.LORA_ALPHA: int(cfg.lora_alpha) if cfg.lora_alpha.is_integer() else cfg.lora_alpha,  # 32
         "lora_rank": cfg.lora_rank,
         "lora_dropout": cfg.lora_dropout,
         "target_accuracy": cfg.target,

@@ -79,7 +79,8 @@ class LlamaPretrainConfig(LlamaRunSettings):
     max_samples_termination: int | None = var(
         "MAX_SAMPLES_TERMINATION",
         None,
-        help="end the run 'aborted' after this many samples (default MAX_STEPS x GBS)",
+        help="end the run 'aborted' after this many samples (default MAX_STEPS x GBS; AMD and NVIDIA set "
+        "none); the data order does not depend on it",
         bounds="> 0",
     )
     seq_length: int = var(
@@ -166,6 +167,12 @@ class LlamaPretrainConfig(LlamaRunSettings):
 
     def max_train_steps(self) -> int:
         return min(self.max_steps, math.ceil(self.sample_limit() / self.gbs))
+
+    def index_samples(self) -> int:
+        """The training samples the dataset index is built for: MAX_STEPS x GBS, NeMo's num_train_samples
+        (PreTrainingDataModule.build; AMD's train.py sets it so). The number decides how many epochs of
+        shuffled documents the index holds, and so the order of the samples for a seed."""
+        return self.max_steps * self.gbs
 
     def eval_steps(self) -> tuple[int, int]:
         """(first, every): optimizer steps of the first evaluation and between evaluations, as AMD's
