@@ -43,7 +43,7 @@ def md5_list(folder: Path, name: str) -> None:
     lines = [
         f"{hashlib.md5(p.read_bytes()).hexdigest()}  ./{p.name}"
         for p in sorted(folder.iterdir())
-        if p.is_file()
+        if p.is_file() and p.suffix != ".md5"
     ]
     (folder / f"{name}.md5").write_text("\n".join(lines) + "\n")
     (folder.parent / "metadata").mkdir(exist_ok=True)
@@ -72,6 +72,8 @@ def bucket(tmp_path_factory, demo_data) -> Path:
     write_indexed_dataset(
         (rng.integers(0, 128256, 1) for _ in range(verify.VALID_DOCUMENTS)), c4 / verify.VALID_PREFIX, 128256
     )
+    for extra in ("LICENSE.txt", "NOTICE.txt"):  # beside the data, as NVIDIA's expected-mounts-8b.csv lists
+        (c4 / extra).write_text("licence\n")
     md5_list(c4, c4.name)
     tok = root / "llama-3-1-8b-tokenizer"
     tok.mkdir()
@@ -107,7 +109,7 @@ def test_download_verifies_and_a_rerun_downloads_nothing(tmp_path, bucket):
     cache = json.loads((out / "data" / verify.CACHE_NAME).read_text())
     assert set(cache) == {
         f"{p}{e}" for p in (verify.TRAIN_PREFIX, verify.VALID_PREFIX) for e in (".bin", ".idx")
-    }
+    } | {"LICENSE.txt", "NOTICE.txt"}
     assert verify.check_md5(out / "data") == ([], 0)  # cached: nothing re-hashed
 
 
@@ -150,6 +152,31 @@ def test_the_free_disk_is_checked_against_both_datasets_before_anything_is_fetch
     assert (out / "data" / f"{verify.TRAIN_PREFIX}.bin").is_file() and (
         out / "model" / "tokenizer.json"
     ).is_file()
+
+
+def test_amds_layout_passes_verify_and_preflight(tmp_path, bucket, monkeypatch, capsys):
+    """The folder AMD's README makes (v5.1 AMD/benchmarks/llama31_8b/implementations/*/README.md): `cd
+    /data/mlperf_llama31_8b`, then MLCommons' R2 downloader `-d data <c4>.uri` and `-d model
+    <tokenizer>.uri`; DATADIR=.../data (the C4 files, LICENSE.txt, NOTICE.txt, the md5 list),
+    MODEL=.../model. Read as it is: our verify (fast, --md5, --preflight) and the benchmark's preflight."""
+    from training.llama31_8b.preflight import check
+
+    env = bucket_env(bucket)
+    amd = tmp_path / "mlperf_llama31_8b"
+    amd.mkdir()
+    for folder, uri in (("data", env["DATASET_URI"]), ("model", env["TOKENIZER_URI"])):
+        subprocess.run(["bash", env["R2_DOWNLOADER"], "-d", folder, uri], cwd=amd, check=True,
+                       env=subprocess_env(FAKE_BUCKET=str(bucket)))  # fmt: skip
+    data = amd / "data"
+    assert verify.main([str(data)]) == 0 and verify.main([str(data), "--md5"]) == 0
+    monkeypatch.delenv("TRAIN_DATA_PREFIX", raising=False)
+    monkeypatch.delenv("VALID_DATA_PREFIX", raising=False)
+    assert verify.main([str(data), "--preflight"]) == 0, capsys.readouterr().err
+    demo = {"CPU_DEMO": "1", "GBS": "8", "MBS": "4", "MAX_LR": "3e-3", "WARMUP_STEPS": "16",
+            "SEQ_LENGTH": "64", "NUM_LAYERS": "2", "HIDDEN_SIZE": "64", "FFN_HIDDEN_SIZE": "192",
+            "NUM_ATTENTION_HEADS": "4", "NUM_QUERY_GROUPS": "2", "VOCAB_SIZE": "128256"}  # fmt: skip
+    assert check({**demo, "DATADIR": str(data), "MODEL": str(amd / "model"),
+                  "INDEX_CACHE_DIR": str(tmp_path / "idx")}) == []  # fmt: skip
 
 
 def test_verify_names_missing_truncated_and_corrupt_files(tmp_path, bucket):
