@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common import r2
 from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.common.runtime import (
     GIB,
@@ -48,11 +50,17 @@ from .pretraining import PretrainingParams, make_part, text_file_to_sequences
 from .ragged import write_unpacked
 from .runtime import Markers, default_jobs, parallel_map
 from .shards import gather_shards, make_plan, scatter_part
-from .verify import build_manifest, verify
+from .verify import (
+    EVAL_FILE,
+    MLCOMMONS_EVAL_SAMPLES,
+    NVIDIA_EVAL_MD5,
+    build_manifest,
+    eval_set_problems,
+    verify,
+)
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_VOCAB = SAMPLE_DIR / "bert_uncased_vocab.txt"
-EVAL_FILE = "hdf5/eval_varlength/part_eval_10k.hdf5"
 PACKED_DIR = "hdf5/packed_data"
 
 # MLPerf's bert_config.json (BERT-Large uncased); json.dumps(indent=2) + newline is byte-identical to the
@@ -191,7 +199,9 @@ class Pipeline:
         return self.cfg.work / "text" if self.cfg.wiki_dump else self.cfg.root / download.TEXT_DIR
 
     def text_parts(self) -> list[Path]:
-        parts = sorted(self.text_dir().glob("part-*-of-*"))
+        parts = sorted(
+            p for p in self.text_dir().glob("part-*-of-*") if re.fullmatch(r"part-\d+-of-\d+", p.name)
+        )
         if not parts:
             raise PrepError(f"{self.text_dir()}: no text parts (part-NNNNN-of-MMMMM)")
         return parts
@@ -229,7 +239,7 @@ class Pipeline:
         elif cfg.skip_download:
             stats = download.check_inputs(cfg.root)
         else:
-            stats = download.download_inputs(cfg.root, cfg.metadata_url, cfg.r2_downloader)
+            stats = download.download_inputs(cfg.root, cfg.metadata_url, cfg.r2_downloader, cfg.disk_check)
         parts = self.text_parts()
         if not (self.text_dir() / "eval.txt").is_file():
             raise PrepError(f"{self.text_dir() / 'eval.txt'}: missing (the held-out eval text)")
@@ -271,6 +281,12 @@ class Pipeline:
             ratio = available / wanted
             picked = [int(i * ratio) for i in range(wanted)]
         write_unpacked(cfg.root / EVAL_FILE, seqs.take(np.asarray(picked, dtype=np.int64)))
+        if not cfg.local and cfg.eval_samples == MLCOMMONS_EVAL_SAMPLES:
+            # MLCommons' text: the eval set must be the one every submission evaluates on, NVIDIA's.
+            problems = eval_set_problems(cfg.root / EVAL_FILE)
+            if problems:
+                raise PrepError(problems[0])
+            log(f"[eval] the eval set is MLPerf's: NVIDIA's published digest {NVIDIA_EVAL_MD5} (hdf5_md5.py)")
         return {"available": available, "samples": len(picked)}
 
     def plan(self) -> dict:
@@ -383,11 +399,11 @@ class Pipeline:
             text_bytes = download.TEXT_BYTES_ESTIMATE
         needed = 0 if self.markers.done("shards") else PEAK_COPIES * BYTES_PER_TEXT_BYTE * text_bytes
         if not cfg.local and not self.markers.done("inputs"):
-            needed += (
-                download.TEXT_BYTES_ESTIMATE
-                + download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
-            )
-            needed = max(needed, download.INPUT_DATASET_BYTES)  # downloaded whole, then trimmed
+            checkpoint = download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
+            needed += download.TEXT_BYTES_ESTIMATE + checkpoint  # the inputs kept
+            # Each dataset is downloaded whole, then trimmed: the inputs' unused files, the text's archives.
+            text_peak = checkpoint + download.TEXT_ARCHIVES_BYTES_ESTIMATE + download.TEXT_BYTES_ESTIMATE
+            needed = max(needed, download.INPUT_DATASET_BYTES, text_peak)
         check_free_disk(cfg.root, int(needed), "downloads, intermediates and the final shards")
 
     def run(self) -> dict:
@@ -500,9 +516,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         eval_articles=args.eval_articles,
         jobs=args.jobs,
         metadata_url=args.metadata_url.rstrip("/"),
-        r2_downloader=Path(os.environ["R2_DOWNLOADER"]).resolve()
-        if os.environ.get("R2_DOWNLOADER")
-        else None,
+        r2_downloader=Path(os.environ[r2.ENV]).resolve() if os.environ.get(r2.ENV) else None,
         keep_work=args.keep_work,
         disk_check=not args.no_disk_check,
         kill_after=args.debug_kill_after,

@@ -56,7 +56,7 @@ class BertConfig(RunSettings):
     init_checkpoint: str = var(
         "INIT_CHECKPOINT", "phase1", help="'phase1' (the converted checkpoint), a path, or 'none'"
     )
-    train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
+    train_dir: Path | None = var("TRAIN_DIR", None, help="DATADIR/hdf5/packed_data, else DATADIR/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash")
     residual_dtype: str = var(
@@ -120,6 +120,8 @@ class BertConfig(RunSettings):
         )
 
     def paths(self) -> dict[str, Path | None]:
+        from training.bert.data import default_train_dir
+
         phase1 = self.datadir / "phase1"
         ckpt = {"phase1": phase1 / "model.ckpt-28252.pt", "none": None}.get(self.init_checkpoint)
         return {
@@ -127,6 +129,6 @@ class BertConfig(RunSettings):
             "init_checkpoint": ckpt
             if self.init_checkpoint in ("phase1", "none")
             else Path(self.init_checkpoint),
-            "train_dir": self.train_dir or self.datadir / "hdf5" / "packed_data",
+            "train_dir": self.train_dir or default_train_dir(self.datadir),
             "eval_dir": self.eval_dir or self.datadir / "hdf5" / "eval_varlength",
         }
