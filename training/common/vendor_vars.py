@@ -182,9 +182,7 @@ TE_ONLY = "a switch of NeMo's Transformer Engine layers; this toolkit's layers a
 NEMO = "a NeMo / Megatron trainer setting; this toolkit's trainer has no such switch"
 NVIDIA_CLUSTER = "NVIDIA's cluster tooling (SLURM wrappers, telemetry, profiling, power, mount checks)"
 AMD_ROCM = "a switch of AMD's ROCm builds of NeMo and Transformer Engine; this toolkit's kernels are its own"
-CUDA_GRAPHS = (
-    "a CUDA-graph switch of NeMo/Megatron; here COMPILE_MODE=reduce-overhead (BERT) is the CUDA-graph mode"
-)
+CUDA_GRAPHS = "a CUDA-graph switch of NeMo/Megatron; CUDA graphs here: BERT's COMPILE_MODE=reduce-overhead"
 OVERLAP = "tensor-parallel communication overlap (Transformer Engine userbuffers); not implemented here"
 CHECKPOINTS = (
     "a NeMo checkpoint setting (resume, save, convert); runs here start from the Hugging Face weights"

@@ -51,7 +51,11 @@ class LoraConfig(LlamaRunSettings):
         "MBS", 1, help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",), bounds="> 0"
     )
     lr: float = var(
-        "LR", help="peak learning rate (cosine to MIN_LR over MAX_STEPS)", aliases=("MAX_LR",), bounds="> 0"
+        "LR",
+        4e-4,
+        help="peak learning rate (cosine to MIN_LR over MAX_STEPS); AMD's and NVIDIA's yaml default",
+        aliases=("MAX_LR",),
+        bounds="> 0",
     )
     max_steps: int = var(
         "MAX_STEPS", 1024, help="optimizer steps: the LR horizon and the run's limit", bounds="> 0"
