@@ -129,3 +129,17 @@ def test_a_config_whose_benchmark_cannot_be_told_is_named_with_what_to_do():
     env["CONFIG_VARS"] += " SIZE GBS"
     done = launcher(env)
     assert done.returncode == 0 and done.stdout.split() == ["BENCHMARK=llama31_8b", "DGXNNODES=2"]
+
+
+def test_amds_model_folder_is_read_for_the_8b_and_its_vocabulary_checked(tmp_path):
+    """AMD's 8B requires MODEL (its tokenizer download, mounted at /model); here it is the folder whose
+    config.json must give the vocabulary the model is built with."""
+    env = {**LLAMA, "GBS": "32", "MODEL": str(tmp_path)}
+    assert LlamaPretrainConfig.from_env(env).model_problems() == []
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 128256}))
+    assert LlamaPretrainConfig.from_env(env).model_problems() == []
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 32000}))
+    (problem,) = LlamaPretrainConfig.from_env(env).model_problems()
+    assert "vocab_size 32000, the model here 128256" in problem
+    (missing,) = LlamaPretrainConfig.from_env({**env, "MODEL": str(tmp_path / "none")}).model_problems()
+    assert "no such folder" in missing
