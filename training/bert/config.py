@@ -32,7 +32,13 @@ class BertConfig(RunSettings):
     )
     warmup_proportion: float = var("WARMUP_PROPORTION", 0.0, bounds="[0, 1]")
     warmup_steps: int = var("WARMUP_STEPS", 0, bounds=">= 0")
-    start_warmup_step: int = var("START_WARMUP_STEP", 0, bounds=">= 0")
+    start_warmup_step: int = var(
+        "START_WARMUP_STEP",
+        0,
+        help="with WARMUP_STEPS: the step the warm-up began at; negative (NVIDIA's 8x8 and 434x8 configs): "
+        "the run starts that many steps into it",
+        bounds="[-inf, 0]",
+    )
     beta1: float = var("OPT_LAMB_BETA_1", 0.9, bounds="[0, 1)")
     beta2: float = var("OPT_LAMB_BETA_2", 0.999, bounds="[0, 1)")
     weight_decay: float = var("WEIGHT_DECAY_RATE", 0.01, bounds=">= 0")
@@ -101,7 +107,13 @@ class BertConfig(RunSettings):
         return problems
 
     def num_warmup_steps(self) -> int:
-        return self.warmup_steps or round(self.warmup_proportion * self.max_steps)
+        """WARMUP_STEPS, else WARMUP_PROPORTION x MAX_STEPS (truncated, as NVIDIA's run_pretraining.py)."""
+        return self.warmup_steps or int(self.warmup_proportion * self.max_steps)
+
+    def warmup_start(self) -> int:
+        """The step the warm-up began at: START_WARMUP_STEP with WARMUP_STEPS, else 0 (NVIDIA's
+        run_pretraining.py ignores START_WARMUP_STEP when the warm-up is a proportion)."""
+        return self.start_warmup_step if self.warmup_steps else 0
 
     def eval_steps(self, world_size: int) -> list[int]:
         """Optimizer steps after which to evaluate: at EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES,

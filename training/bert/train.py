@@ -82,7 +82,7 @@ def main() -> outcome.Outcome:
                                   info.device)  # fmt: skip
 
         def one_step(index: int) -> StepResult:
-            lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step)
+            lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.warmup_start())
             for group in optimizer.param_groups:
                 group["lr"] = lr
             micro = [next(batches) for _ in range(cfg.gradient_steps)]
@@ -114,15 +114,19 @@ def build_model(cfg: BertConfig, paths: dict, device: torch.device, precision: s
     if paths["init_checkpoint"] is not None:
         load_pretrained(model, paths["init_checkpoint"])
     model.to(device)
-    fp8 = apply_fp8(model, fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts) if precision == "fp8" else None)
+    settings = fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts, amax_history=cfg.fp8_amax_history,
+                            amax_algo=cfg.fp8_amax_algo)  # fmt: skip
+    fp8 = apply_fp8(model, settings if precision == "fp8" else None)
     return model, fp8, {"attention": attention, "precision": precision, "fp8": fp8.description}
 
 
-def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto") -> Fp8Settings:
+def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto", amax_history: int = 4,
+                 amax_algo: str = "most_recent") -> Fp8Settings:  # fmt: skip
     """FP8 for the encoder layers' linears; with the native backend each layer's FFN runs as one function
     (unless `fuse_ffn` is off: to compare)."""
     layout = MlpLayout(FeedForward, up="up", down="down") if fuse_ffn else None
-    return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts)
+    return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts, amax_history=amax_history,
+                       amax_algo=amax_algo)  # fmt: skip
 
 
 def loss_scaler(precision: str, init_scale: float, device: torch.device) -> torch.amp.GradScaler:
@@ -191,7 +195,7 @@ def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
         constants.OPT_LAMB_EPSILON: cfg.lamb_epsilon,
         "opt_epsilon": cfg.lamb_epsilon,
         constants.OPT_LR_WARMUP_STEPS: cfg.num_warmup_steps(),
-        constants.START_WARMUP_STEP: cfg.start_warmup_step,
+        constants.START_WARMUP_STEP: cfg.warmup_start(),
         constants.OPT_LAMB_BETA_1: cfg.beta1,
         constants.OPT_LAMB_BETA_2: cfg.beta2,
         constants.OPT_LAMB_WEIGHT_DECAY: cfg.weight_decay,

@@ -40,7 +40,7 @@ from typing import Protocol
 
 import torch
 
-from training.common import backends, dist, outcome
+from training.common import backends, dist, outcome, vendor_vars
 from training.common.config import RunSettings, write_effective_config
 from training.common.mllog import MLLogger, constants
 
@@ -98,6 +98,8 @@ class MLPerfRun:
         """LOGDIR/<RUN_TAG>.config.json (rank 0, when the runner set both): the effective config, `extra`
         (derived values, the backends chosen), the seed, and this machine's versions and libraries."""
         cfg = self.cfg
+        for line in vendor_vars.describe(cfg.vendor_names):
+            self.say(f"{self.prog}: {line}")
         if cfg.logdir and cfg.run_tag and self.info.is_main:
             extra = {"seed": self.seed, **extra, "versions": backends.versions(),
                      "available": backends.available()}  # fmt: skip

@@ -38,7 +38,8 @@ def fp8_settings(cfg: LoraConfig, par: parallel.Parallelism) -> Fp8Settings | No
         return None
     layout = MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj")
     gather = cfg.fp8_param_gather and par.dp > 1
-    return Fp8Settings(backend=cfg.fp8_backend, gather_in_fp8=gather, fuse_mlp=layout, casts=cfg.fp8_casts)
+    return Fp8Settings(backend=cfg.fp8_backend, gather_in_fp8=gather, fuse_mlp=layout, casts=cfg.fp8_casts,
+                       amax_history=cfg.fp8_amax_history, amax_algo=cfg.fp8_amax_algo)  # fmt: skip
 
 
 def build_model(

@@ -23,7 +23,7 @@ from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
 from training.llama import optim, parallel
 from training.llama.step import evaluate_batches, train_step, trainer_step, warm_up
 from training.llama2_70b_lora import data
-from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, LR_SCHEDULE, LoraConfig
+from training.llama2_70b_lora.config import ADAMW_BETAS, ADAMW_EPS, BENCHMARK, LoraConfig
 from training.llama2_70b_lora.model import build_model, is_llama2_70b, model_shape
 
 
@@ -67,7 +67,7 @@ def main() -> outcome.Outcome:
     validation = functools.cache(lambda: data.eval_batches(valid_rows, info.rank, info.world_size))
 
     def one_step(index: int) -> StepResult:
-        lr = optim.cosine_with_warmup(index, cfg.lr, 0, cfg.max_steps, 0.0)
+        lr = cfg.learning_rate(index)
         micro = [data.micro_batch(train_rows, rows) for rows in sampler.step(index)]
         loss, grad_norm = train_step(step, micro, lr)
         return StepResult(loss, lr, grad_norm)
@@ -100,9 +100,9 @@ def log_hyperparameters(
         constants.MAX_SEQUENCE_LENGTH: cfg.seq_length,
         constants.OPT_NAME: "adamw",
         constants.OPT_BASE_LR: cfg.lr,
-        constants.OPT_LR_WARMUP_FACTOR: 0.0,
+        constants.OPT_LR_WARMUP_FACTOR: cfg.warmup_ratio,
         constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
-        constants.OPT_LR_DECAY_SCHEDULE: LR_SCHEDULE,
+        constants.OPT_LR_DECAY_SCHEDULE: cfg.lr_schedule(),
         constants.OPT_ADAMW_BETA_1: ADAMW_BETAS[0],
         constants.OPT_ADAMW_BETA_2: ADAMW_BETAS[1],
         constants.OPT_ADAMW_EPSILON: ADAMW_EPS,

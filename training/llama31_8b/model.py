@@ -26,6 +26,8 @@ def fp8_settings(cfg: LlamaPretrainConfig, par: parallel.Parallelism) -> Fp8Sett
         gather_in_fp8=cfg.fp8_param_gather and fsdp_only,
         fuse_mlp=MlpLayout(MLP, up="up_proj", down="down_proj", gate="gate_proj") if par.tp == 1 else None,
         casts=cfg.fp8_casts,
+        amax_history=cfg.fp8_amax_history,
+        amax_algo=cfg.fp8_amax_algo,
     )
 
 
