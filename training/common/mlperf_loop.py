@@ -38,6 +38,7 @@ import torch
 
 from training.common import backends, dist, outcome
 from training.common.config import RunSettings, write_effective_config
+from training.common.console import SAMPLE_LIMIT
 from training.common.mllog import MLLogger, constants
 
 
@@ -118,6 +119,9 @@ class MLPerfRun:
         blocks = (
             _Blocks(log, eval_counters) if self.benchmark.samples_key == "samples_count" else _OneBlock(log)
         )
+        # the console's "left to the sample limit": the step limit, not the LR schedule's horizon
+        self.say(f"{self.prog}: {SAMPLE_LIMIT} {schedule.max_steps * schedule.global_batch} "
+                 f"({schedule.max_steps} steps of {schedule.global_batch} samples)")  # fmt: skip
         dist.barrier()
         log.end(constants.INIT_STOP)
         log.start(constants.RUN_START)
