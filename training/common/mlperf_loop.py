@@ -168,11 +168,12 @@ class MLPerfRun:
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
+        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
+        end = outcome.ended(status == constants.SUCCESS, progress, diverged)  # before the teardown
         if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)
             self.say(f"{self.prog}: {line}")
         dist.shutdown()
-        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
-        return outcome.ended(status == constants.SUCCESS, progress, diverged)
+        return end
 
 
 def peak_memory_line(device: torch.device) -> str | None:
