@@ -1,4 +1,4 @@
-"""Issue 19, item 3: a run's own outcome (training/common/outcome.py), classified where the trainer ends and
+"""A run's own outcome (training/common/outcome.py), classified where the trainer ends and
 read back by the launcher and the scorer, since torchrun's exit status says only "a worker failed"."""
 
 from __future__ import annotations

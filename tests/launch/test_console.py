@@ -1,4 +1,4 @@
-"""What a run shows on the console (training.common.console, issue 35): progress and evaluation lines for the
+"""What a run shows on the console (training.common.console): progress and evaluation lines for the
 :::MLLOG lines, a failed worker's own error without torchrun's report after it; the log keeps every line."""
 
 from __future__ import annotations
