@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -94,7 +95,17 @@ def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    known = {"compile", "eager", "keep", "unfused", "bf16gather", "torchadamw", "synceach", "flash4"}
+    known = {
+        "compile",
+        "eager",
+        "keep",
+        "unfused",
+        "bf16gather",
+        "torchadamw",
+        "synceach",
+        "flash4",
+        "bf16reduce",
+    }
     unknown = set(modes) - known
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
@@ -121,6 +132,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         param_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
         reshard_after_forward="keep" not in modes,
     )
+    if "bf16reduce" in modes:  # GRAD_REDUCE_IN_FP32=0: gradients reduce-scattered in the compute dtype
+        features = dataclasses.replace(features, reduce_dtype=features.param_dtype)
     # ours: SDPA unless `-flash4` (a clear error where FlashAttention-4 cannot run); the peer: HF's "sdpa"
     attention = choose_attention("flash4", device) if ours and "flash4" in modes else "sdpa"
     if ours:  # the trainer's build: its features, in the trainer's order
@@ -135,7 +148,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         if args.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         parallel.apply_compile(model, compiled)
-        parallel.apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
+        parallel.apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward,
+                            features.reduce_dtype)  # fmt: skip
         if not init_first:
             model.to_empty(device=device)
             initialize_hf(model, shape, device)
@@ -256,14 +270,15 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach], "
+        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach]"
+        "[-bf16reduce][-flash4][-torchadamw], "
         "comma-separated "
         "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
         "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
         "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch; "
         "flash4: ours with FlashAttention-4, ATTENTION=flash4 (else PyTorch's SDPA); "
         "synceach: with --accum, gradients reduce-scattered after every micro-batch, "
-        "REDUCE_EACH_MICRO_BATCH=1)",
+        "REDUCE_EACH_MICRO_BATCH=1; bf16reduce: gradients reduce-scattered in bf16, GRAD_REDUCE_IN_FP32=0)",
     )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

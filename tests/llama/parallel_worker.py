@@ -117,6 +117,7 @@ def main(dp: int, tp: int, accum: int, out: Path, pp: int = 1) -> None:
     features = parallel.Features(
         fp8=Fp8Settings(backend, gather_in_fp8=gather) if backend else None,
         param_dtype=torch.float32,
+        reduce_dtype=torch.bfloat16 if os.environ.get("GRAD_REDUCE_IN_FP32") == "0" else torch.float32,
         reshard_after_forward=os.environ.get("RESHARD_AFTER_FORWARD", "1") == "1",
     )
     fp8_hooks, applied = parallel.apply_features(model, mesh, features)

@@ -56,6 +56,19 @@ def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp
         torch.testing.assert_close(result["state"][name], value, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_gradients_reduced_in_bf16_train_as_in_float32(tmp_path, reference):
+    """GRAD_REDUCE_IN_FP32=0: FSDP2 reduce-scatters the gradients in bf16 (the sharded float32 gradients
+    still accumulate in float32): the same training within bf16's rounding of each reduced gradient."""
+    result = torch.load(run_worker(tmp_path, 2, 1, 2, GRAD_REDUCE_IN_FP32="0", REDUCE_EACH_MICRO_BATCH="1"))
+    ref_losses, ref_state = reference
+    assert "fp32 master, bf16 reduce" in result["described"][2], result["described"][2]
+    torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(ref_losses), atol=0, rtol=2e-3)
+    worst = max(float((result["state"][n] - v).norm() / v.norm()) for n, v in ref_state.items())
+    # not bit for bit (each reduced gradient rounded to bf16), and after three AdamW steps at 1e-2, whose
+    # update divides by the gradient's own size, the weights about 1% apart; a wrong reduction is 100%
+    assert 0 < worst < 2e-2, worst
+
+
 def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(tmp_path):
     """FP8_BACKEND=native with TP 2, a block's MLP (column- then row-parallel): output, input gradient and
     weight gradients within FP8's error of one process's native FP8 (the ranks scale their shards with their

@@ -115,6 +115,7 @@ class Features:
     keep_attention: bool = False  # with activation checkpointing: the recompute skips the attention kernel
     compile: bool = False
     param_dtype: torch.dtype = torch.bfloat16  # FSDP2's compute copy of the parameters
+    reduce_dtype: torch.dtype = torch.float32  # FSDP2's gradient reduce-scatter
     reshard_after_forward: bool = True
 
 
@@ -132,7 +133,9 @@ def apply_features(
         model, features.activation_checkpointing, features.checkpoint_layers, features.keep_attention
     )
     applied["compile"] = apply_compile(model, features.compile, features.fp8 is not None)
-    applied["data_parallel"] = apply_fsdp(model, mesh, features.param_dtype, features.reshard_after_forward)
+    applied["data_parallel"] = apply_fsdp(
+        model, mesh, features.param_dtype, features.reshard_after_forward, features.reduce_dtype
+    )
     return fp8, applied
 
 
@@ -268,13 +271,19 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
 
 
 def apply_fsdp(
-    model: nn.Module, mesh: DeviceMesh | None, param_dtype: torch.dtype, reshard_after_forward: bool = True
+    model: nn.Module,
+    mesh: DeviceMesh | None,
+    param_dtype: torch.dtype,
+    reshard_after_forward: bool = True,
+    reduce_dtype: torch.dtype = torch.float32,
 ) -> str:
     """FSDP2 `fully_shard` per block, then the root (embedding, final norm, output layer): parameters kept
     in float32 and sharded over the data-parallel ranks, gathered in `param_dtype` for compute, gradients
-    reduce-scattered in float32. The last block keeps its gathered weights for the backward that follows;
-    with `reshard_after_forward=False` every block does (no second all-gather in backward, at the cost of
-    all blocks' gathered weights in memory between forward and backward: 16 GB in bf16 for 8B)."""
+    reduce-scattered in `reduce_dtype` (float32, or bf16: half the bytes copied into the collective and
+    sent, the sharded result still added in float32). The last block keeps its gathered weights for the
+    backward that follows; with `reshard_after_forward=False` every block does (no second all-gather in
+    backward, at the cost of all blocks' gathered weights in memory between forward and backward: 16 GB in
+    bf16 for 8B)."""
     if mesh is None or mesh["dp"].size() * mesh["cp"].size() == 1:
         return "off"  # (pipeline stages are not sharded across each other: each holds its own blocks)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -282,15 +291,17 @@ def apply_fsdp(
     # context-parallel ranks hold different tokens of the same sequences: they shard the weights too
     shard_mesh = mesh["dp", "cp"]._flatten("dp_cp") if mesh["cp"].size() > 1 else mesh["dp"]
 
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     blocks = transformer_blocks(model)
     for i, block in enumerate(blocks):
         reshard = reshard_after_forward and i < len(blocks) - 1
         fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mesh=shard_mesh, mp_policy=policy)
-    name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(param_dtype, str(param_dtype))
+    names = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+    name, reduce = (names.get(d, str(d)) for d in (param_dtype, reduce_dtype))
+    master = "fp32 master and reduce" if reduce == "fp32" else f"fp32 master, {reduce} reduce"
     kept = "" if reshard_after_forward else ", blocks kept gathered from forward to backward"
-    return f"FSDP2 over {shard_mesh.size()} ranks ({name} compute params, fp32 master and reduce{kept})"
+    return f"FSDP2 over {shard_mesh.size()} ranks ({name} compute params, {master}{kept})"
 
 
 def reshard(model: nn.Module) -> None:

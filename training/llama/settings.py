@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from training.common.config import RunSettings, var
 from training.llama.model import ATTENTIONS
 
@@ -30,6 +32,13 @@ class LlamaRunSettings(RunSettings):
         "float32 gradients of the whole model held between micro-batches: 32 GB for the 8B; LoRA's are the "
         "adapters' only)",
     )
+    grad_reduce_in_fp32: bool = var(
+        "GRAD_REDUCE_IN_FP32",
+        True,
+        help="0: FSDP2 reduce-scatters the gradients in bf16, as AMD's and NVIDIA's Llama submissions do "
+        "(Megatron's grad_reduce_in_fp32=False): half the bytes copied and sent; the sharded float32 "
+        "gradients still accumulate in float32",
+    )
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8 (native, torchao)"
     )
@@ -38,6 +47,11 @@ class LlamaRunSettings(RunSettings):
         "auto",
         help="auto (GPUs: ours in Triton where it matches torch's fused AdamW there, else torch's) | torch",
     )
+
+    def reduce_dtype(self, param_dtype: torch.dtype) -> torch.dtype:
+        """The dtype FSDP2 reduce-scatters gradients in: float32, or with GRAD_REDUCE_IN_FP32=0 the compute
+        parameters' dtype (bf16 on GPUs)."""
+        return torch.float32 if self.grad_reduce_in_fp32 else param_dtype
 
     @property
     def fp8(self) -> bool:

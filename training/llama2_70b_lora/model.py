@@ -57,6 +57,7 @@ def build_model(
         keep_attention=cfg.keep_attention,
         compile=cfg.compile,
         param_dtype=base_dtype,
+        reduce_dtype=cfg.reduce_dtype(base_dtype),
         reshard_after_forward=cfg.reshard_after_forward,
     )
     folder = cfg.paths()["model"] if cfg.init_checkpoint == "model" else None

@@ -38,6 +38,7 @@ def build_model(
         activation_checkpointing=cfg.activation_checkpointing,
         compile=cfg.compile,
         param_dtype=param_dtype(precision),
+        reduce_dtype=cfg.reduce_dtype(param_dtype(precision)),
         reshard_after_forward=cfg.reshard_after_forward,
     )
     attention = choose_attention(cfg.attention, device)
