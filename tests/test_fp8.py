@@ -375,7 +375,7 @@ def _gradients(model, calibrated: bool) -> dict[str, torch.Tensor]:
 
 
 def test_calibration_keeps_the_first_steps_gradients():
-    """Issue 34, item 5: delayed scaling's first step casts with scale 1, so small e5m2 gradients underflow
+    """Delayed scaling's first step casts with scale 1, so small e5m2 gradients underflow
     and every block below the last gets a wrong gradient (here up to 97% off the bf16 one); measured scales
     (`training.fp8.calibrate`) leave FP8's own rounding (about 12% here)."""
     reference = _gradients(_tiny_fp8_llama(fp8=False), calibrated=False)

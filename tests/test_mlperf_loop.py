@@ -154,6 +154,15 @@ def test_a_non_finite_loss_ends_the_run_at_the_next_check(caplog, capsys):
     assert "test: non-finite loss by step 2; ending the run as aborted" in capsys.readouterr().err
 
 
+def test_the_loop_says_its_sample_limit_as_the_console_reads_it(caplog, capsys):
+    """The step limit times the global batch (4 steps of 8), before run_start, in the console's words."""
+    from training.common.console import LIMIT_LINE
+
+    run(caplog, [5.0, 4.0])
+    said = [line for line in capsys.readouterr().out.splitlines() if LIMIT_LINE.match(line)]
+    assert said == ["test: sample limit 32 (4 steps of 8 samples)"]
+
+
 def test_a_non_finite_score_ends_the_run(caplog):
     ended, _ = run(caplog, [math.nan])
     assert ended == Outcome("diverged", "non-finite eval loss at 16 samples")

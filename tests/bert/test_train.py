@@ -61,7 +61,7 @@ def test_missing_data_is_a_named_error(tmp_path):
 
 
 def test_a_data_error_reaches_the_verdict_through_torchrun(bert_data, tmp_path):
-    """Issue 19, item 3: torchrun exits 1 for any failed worker; the outcome file says what failed."""
+    """torchrun exits 1 for any failed worker; the outcome file says what failed."""
     datadir = tmp_path / "data"
     shutil.copytree(bert_data, datadir)
     for shard in (datadir / "hdf5" / "packed_data").glob("part_*"):

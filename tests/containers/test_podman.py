@@ -1,5 +1,5 @@
 """run_with_docker.sh against a real engine: podman (and podman as `docker`), running Dockerfile.bert's image
-built here, on the small default. Slow: the first session on a fresh machine builds the base image (a few
+built here, on the small default. Slow: the first run on a fresh machine builds the base image (a few
 minutes), later ones reuse it; each training run takes seconds to a minute on 2 cores."""
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def test_config_errors_name_the_variable(env, needle):
 
 
 def test_a_problem_names_the_variable_as_the_user_wrote_it():
-    """LORA_RANK is NVIDIA's name for AMD's LORA_DIM: LORA_RANK=0 is reported as LORA_RANK (issue 35)."""
+    """LORA_RANK is NVIDIA's name for AMD's LORA_DIM: LORA_RANK=0 is reported as LORA_RANK."""
     with pytest.raises(ConfigError) as err:
         LoraConfig.from_env({**BASE, "DATADIR": "/data", "LORA_RANK": "0"})
     assert "LORA_RANK=0 must be > 0" in str(err.value) and "LORA_DIM" not in str(err.value)

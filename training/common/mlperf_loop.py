@@ -42,6 +42,7 @@ import torch
 
 from training.common import backends, dist, outcome, vendor_vars
 from training.common.config import RunSettings, write_effective_config
+from training.common.console import SAMPLE_LIMIT
 from training.common.mllog import MLLogger, constants
 
 
@@ -126,6 +127,9 @@ class MLPerfRun:
         blocks = (
             _Blocks(log, eval_counters) if self.benchmark.samples_key == "samples_count" else _OneBlock(log)
         )
+        # the console's "left to the sample limit": the step limit, not the LR schedule's horizon
+        self.say(f"{self.prog}: {SAMPLE_LIMIT} {schedule.max_steps * schedule.global_batch} "
+                 f"({schedule.max_steps} steps of {schedule.global_batch} samples)")  # fmt: skip
         dist.barrier()
         log.end(constants.INIT_STOP)
         log.start(constants.RUN_START)
@@ -175,11 +179,12 @@ class MLPerfRun:
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
+        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
+        end = outcome.ended(status == constants.SUCCESS, progress, diverged)  # before the teardown
         if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)
             self.say(f"{self.prog}: {line}")
         dist.shutdown()
-        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
-        return outcome.ended(status == constants.SUCCESS, progress, diverged)
+        return end
 
 
 def peak_memory_line(device: torch.device) -> str | None:

@@ -196,14 +196,14 @@ def calibrate(model: nn.Module, forward_backward: Callable[[], object]) -> bool:
     gradient (`native.calibrating`), then drop the gradients; the random number generators are restored, so
     dropout draws what it would have drawn without this pass. Without it, delayed scaling casts the first
     step with scale 1: on a 70B LoRA step the e5m2 gradients of the lower blocks underflow to zero and the
-    first steps barely move (issue 34; `tests/test_fp8.py` shows it on a toy model). A no-op (False) when
+    first steps barely move (`tests/test_fp8.py` shows it on a toy model). A no-op (False) when
     nothing needs it.
 
     Every block that the run keeps for its backward (a module with `checkpointed` False:
     `apply_activation_checkpointing`) is recomputed in this pass: eager and in bf16, a kept block saves more
     than twice what its compiled FP8 forward does, and this one pass set the whole run's peak (Llama 2 70B
-    LoRA on 4 x H200: 3.25 GiB a kept block against 1.41 in the steps after; ACL 54 ran out of memory here,
-    and only here, 2026-11-27)."""
+    LoRA on 4 x H200: 3.25 GiB a kept block against 1.41 in the steps after, enough to run out of memory
+    here at an ACL the steps fit)."""
     if not needs_calibration(model):
         return False
     cpu_rng = torch.get_rng_state()
