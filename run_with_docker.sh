@@ -42,6 +42,7 @@ case ${CONTAINER_RUNTIME} in
     [[ ${CONT} =~ ^[A-Za-z0-9_./][A-Za-z0-9_./:@+-]*$ ]] ||
       die "CONT=${CONT}: expected an image name (letters, digits and _ . / : @ + -)"
     require_mountable DATADIR LOGDIR
+    if [[ -n ${MODEL:-} ]]; then require_mountable MODEL; fi
     ;;
   none) ;;
   *) die "CONTAINER_RUNTIME=${CONTAINER_RUNTIME}: expected docker, podman or none" ;;
@@ -76,6 +77,7 @@ install_traps
 
 if [[ ${CONTAINER_RUNTIME} == none ]]; then
   export DATADIR LOGDIR PYTHON
+  if [[ -n ${MODEL:-} ]]; then export MODEL; fi
   _py=${PYTHON} _in_logdir=${LOGDIR}
 else
   if [[ -e /dev/kfd ]]; then
@@ -91,10 +93,13 @@ else
     "${CONTAINER_RUNTIME}" container rm -f "${_cont_name}" >/dev/null
   fi
   _cont_mounts=("--volume=${DATADIR}:/data" "--volume=${LOGDIR}:/results")
+  _cont_envs=(--env=CONFIG_VARS --env=DATADIR=/data --env=LOGDIR=/results)
+  if [[ -n ${MODEL:-} ]]; then # AMD's 8B: the model folder at /model, as its run_with_docker.sh mounts it
+    _cont_mounts+=("--volume=${MODEL}:/model") && _cont_envs+=(--env=MODEL=/model)
+  fi
   _cont_run=("${CONTAINER_RUNTIME}" run --rm --init --detach "--name=${_cont_name}" --net=host --uts=host
     --ipc=host --security-opt=seccomp=unconfined "${_gpu_flags[@]}" "${_cont_mounts[@]}"
-    "${_pass_env[@]/#/--env=}" --env=CONFIG_VARS --env=DATADIR=/data --env=LOGDIR=/results
-    "${CONT}" sleep infinity)
+    "${_pass_env[@]/#/--env=}" "${_cont_envs[@]}" "${CONT}" sleep infinity)
   echo "+ ${_cont_run[*]}"
   "${_cont_run[@]}" >/dev/null || die "could not start a container from CONT=${CONT} (the error is above)"
   _cont_started=1

@@ -197,7 +197,7 @@ def llama(heads: int = 32, kv: int = 8, name: str = "Llama 3.1 8B") -> None:
         results, "sdpa cudnn_attention, k/v heads expanded", sdpa([SDPBackend.CUDNN_ATTENTION], True), useful
     )
     # the layout the model passes: (batch, seq, heads, dim) tensors seen through transposes, the gradient too
-    # (issue 38: cuDNN ran at 364 TFLOP/s inside the 8B step on 4 x H100, 447 here on an H200)
+    # (inside the 8B step a kernel can run slower than alone: compare with the profile of that step)
     bshd = [t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
     grad_bshd = grad.transpose(1, 2).contiguous().transpose(1, 2)
 

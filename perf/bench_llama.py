@@ -210,9 +210,9 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
 def lr_at(step: int, warmup: int = 10) -> float:
     """The learning rate of step `step`: `perf/curve_parity.py llama`'s schedule (`curve_parity.lr_at`: 3e-5
     after `warmup` warm-up steps, cosine over 50). At a constant 1e-4 from random weights the 4-block 8B went
-    12.6 -> 20.4 in three steps (H100, 2026-11-27), a chaotic stretch where per-step loss parity measures
-    nothing; with 10 warm-up steps the full-depth 8B on 4 x H200 still spiked from step 7 (RESULTS, sixth
-    session), hence `perf/bench_throughput.py --lr-warmup`."""
+    12.6 -> 20.4 in three steps (H100), a chaotic stretch where per-step loss parity measures nothing; with
+    10 warm-up steps the full-depth 8B on 4 x H200 still spikes from step 7, hence
+    `perf/bench_throughput.py --lr-warmup`."""
     return curve_parity.lr_at(step, curve_parity.LLAMA_LR, 50, warmup)
 
 

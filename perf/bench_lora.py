@@ -83,9 +83,9 @@ def rank_of(mesh) -> int:
 class Rows:
     """The rows a rank trains on, step after step (`source`): `stream` the bundled Wikipedia excerpt's rows in
     order, a new one each step and each rank (BERT WordPiece ids, `perf.text`: training as it reads data);
-    `row` one excerpt row every step; `random` one row of random ids every step (the speed rows before
-    2026-11-27). The first third of a row is not scored. Every variant starts from the first row. The first
-    `ahead` rows are made before any step, on the device: no timed step waits for the host."""
+    `row` one excerpt row every step; `random` one row of random ids every step (memorised within a few
+    steps: a speed figure only). The first third of a row is not scored. Every variant starts from the first
+    row. The first `ahead` rows are made before any step, on the device: no timed step waits for the host."""
 
     def __init__(self, shape: LlamaShape, seq: int, device, rank: int, world: int, source: str, ahead: int):
         self.shape, self.seq, self.device, self.rank, self.world = shape, seq, device, rank, world
@@ -121,7 +121,7 @@ def lr_at(step: int, warmup: int) -> float:
     rows, so the bench's first steps are that curve's. MLPerf's recipe has no warm-up, but from random
     weights at 20 blocks a constant 4e-4 throws every implementation (peft's too) into one spike at step 5
     (12 -> 16.4) where two runs of the same code part by several percent: per-step loss parity measures
-    nothing there (perf/RESULTS.md, 2026-11-27). `warmup` 0: a constant 4e-4."""
+    nothing there (perf/RESULTS.md, the curve table). `warmup` 0: a constant 4e-4."""
     return curve_parity.lr_at(step, 4e-4, 50, warmup) if warmup > 0 else 4e-4
 
 
@@ -228,8 +228,8 @@ def memory_step(run, model: torch.nn.Module, device: torch.device) -> dict:
     """One step watched: what its forward leaves for the backward (GPU), and, each time the backward reaches a
     block (its output's gradient arrives: every later block's backward has run), the all-gathered weights
     still allocated and (GPU) all memory allocated: where a kept block's backward left its gathered weights,
-    they would pile up towards block 0 (perf/RESULTS.md's fifth session asked; on 4 x H200 they did not, and
-    the 3.25 GiB a kept block was the first step's calibration pass: sixth session). On GPUs also where in the
+    they would pile up towards block 0 (on 4 x H200 they do not: a kept block's 3.25 GiB of the first step's
+    peak is the FP8 calibration pass, `training.fp8.calibrate`). On GPUs also where in the
     step the peak fell: the allocator's peak is read and reset at each mark (a block's forward starting and
     ending, the model's forward ending, the backward reaching a block, the step ending), so each stretch
     between two marks has its own peak (`peak_between`: the largest, and the marks around it). A block's

@@ -19,7 +19,7 @@ FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend),
 FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
 step, as torchtitan's one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our
 step in bf16 (also for an FP8 row), eager, PyTorch's SDPA, autocast, every block recomputed in the backward
-(the same numbers; without it the eager step ran out of memory at full depth on 4 x H100, 2026-11-27), run
+(the same numbers; without it the eager step runs out of memory at full depth on 4 x H100), run
 first for each row unless `--peers` names it elsewhere or `--no-reference`.
 
 Loss parity (`perf/parity.py`): every variant of ours records its per-step losses (every step, from the
@@ -28,8 +28,8 @@ bf16 row's where that ran), and is checked against it. Ours and the reference tr
 batches and learning rates (its `batches` and `lr_at`: rows of the bundled Wikipedia excerpt, 3e-5 after 10
 warm-up steps, `--lr-warmup` to change), not on the suite's pool of random rows at its constant 1e-3: there
 the 8B memorised its one batch (12.6 to 0.001 in three steps on one H200 at 24 blocks) or, on 4 ranks,
-jumped about (12.6, 10.6, 12.4), and two runs of the same eager reference parted by 4% (2026-11-27): per-step
-parity measured nothing.
+jumped about (12.6, 10.6, 12.4), and two runs of the same eager reference parted by 4%: per-step parity
+measured nothing.
 torchtitan draws its own weights (its init, its RoPE layout) and tokens (the suite's kind: random, one batch):
 its losses are recorded, checked only for a degenerate start.
 

@@ -103,7 +103,7 @@ from pathlib import Path
 out, variant = Path(sys.argv[1]), sys.argv[2]
 log = next((out / "runner").glob("bert_*.log")).read_text()
 stats = [json.loads(m)["value"]["throughput"] for m in re.findall(r':::MLLOG (\{.*"tracked_stats".*\})', log)]
-bench = 448.74  # samples/s: stage "data" on an H100, 2026-11-22 (perf/RESULTS.md); rerun it to refresh
+bench = 448.74  # samples/s: stage "data" on an H100 (perf/RESULTS_ARCHIVE.md); rerun it to refresh
 if (out / "bench_data.log").exists():
     bench = json.loads((out / "bench_bert.json").read_text())["runs"][variant]["samples_per_s"]
 print(f"runner tracked_stats throughput per eval window: {[round(s, 1) for s in stats]}")

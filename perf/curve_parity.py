@@ -1,4 +1,4 @@
-"""Curve parity with trusted references (issue 34): our model and step against a trusted implementation from
+"""Curve parity with trusted references: our model and step against a trusted implementation from
 the same initial weights on the same batches of real text, dropout off, for `--steps` optimizer steps (50 by
 default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.json and a plot.
 
@@ -47,7 +47,7 @@ from perf.timing import versions
 
 TOLERANCE = {"bf16": 0.01, "fp8": 0.03}  # per step, relative to the reference's loss
 # Llama 3.1 8B's peak learning rate here: at 3e-4 (5 warm-up steps) a 4-block model on 4 x 2048 tokens a step
-# jumped from 11.4 to 14-20 in its first steps (H100, 2026-11-27): a chaotic stretch where any two runs part
+# jumps from 11.4 to 14-20 in its first steps (H100): a chaotic stretch where any two runs part
 LLAMA_LR = 3e-5
 FP8_WARMUP = 5
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22: Llama 3.1 8B on every GPU of this machine (4 x H200 asked), full 8B, sequence 8192, micro-batch 1
+# Llama 3.1 8B on every GPU of this machine (4 x H200 asked), full 8B, sequence 8192, micro-batch 1
 # per GPU, FSDP2, compiled blocks. torchtitan 0.2.2 and its imports are carried as wheels in .whl and installed
 # beforehand (training/throughput/README.md). STAGES picks, in this order:
 #   hf      perf/bench_llama.py: the Hugging Face peer (BF16) against ours in BF16 and native FP8 (the fastest

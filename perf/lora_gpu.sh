@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23: the full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
+# The full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
 #           BENCH_STEPS timed steps, BENCH_LR_WARMUP the learning-rate warm-up, bench_lora.lr_at's 5 by
@@ -16,7 +16,7 @@
 #           (prepare_data.sh --sample --one-per-row: GovReport's layout, not here), evaluations after 8 steps and every 4 after (so tracked_stats are
 #           logged), MAX_STEPS 12, untimed warm-up of 2 steps; on fewer than 8 H200s BF16 recomputes the first
 #           64 blocks (ACL=64: its 40 ran out of memory on 4 x H200 on packed rows; not run on the dense batch);
-#           native FP8 runs the config's ACL (24 on 4 x H200: 2,436 tokens/s/GPU).
+#           native FP8 runs the config's ACL (24 on 4 x H200).
 # Prints the tracked_stats of each run beside the peer and a projected time to train on 8 GPUs (the RCP's
 # mean samples to converge over the per-GPU throughput x 8, plus the evaluations on 173 rows at the measured
 # evaluation speed). OVERRIDES="VAR=value ..." are appended to the config. Host tunables are not touched.

@@ -1,5 +1,5 @@
 """Loss parity beside every speed figure: a fast variant counts only if it trains the model its reference
-trains (issue 34). Each bench records every variant's per-step losses (all steps it ran, from the first, on
+trains. Each bench records every variant's per-step losses (all steps it ran, from the first, on
 the same initial weights and batches as its reference: ours in bf16, eager, PyTorch kernels) and `verdict`
 compares them:
 
@@ -14,7 +14,7 @@ compares them:
   weights and batches), steps from the first where the two part by more than `TWIN` are not compared. From
   random weights, some benches reach a stretch where the loss spikes at steps that vary from run to run:
   two runs of the eager bf16 reference of the 8B at 24 blocks on one H200 agreed within 1% for 10 steps,
-  then parted by up to 28% (2026-11-27). Fewer than `MIN_STEPS` such steps: "undetermined", not ok.
+  then parted by up to 28%. Fewer than `MIN_STEPS` such steps: "undetermined", not ok.
 
 Tolerances (`TOLERANCE`), relative, per step: bf16-class variants (compiled, other kernels, the peers in bf16)
 2%, FP8 variants 5%. Why these: on the same weights and batches, the bf16 variants differ from the eager

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34's measurements on one GPU, by STAGES (wheels carried in .whl: torchao, mlperf-logging, megatron-core;
+# Loss parity and convergence measurements on one GPU, by STAGES (wheels carried in .whl: torchao, mlperf-logging, megatron-core;
 # the small defaults' data carried in .conv_data/{llama,bert,lora}, prepared on the CPU with each benchmark's
 # `prepare_data.sh --sample` / demo command):
 #   tests     the CPU tests of the build, FP8 calibration and parity verdicts, on this machine

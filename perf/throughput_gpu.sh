@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's measurements on one GPU (wheels carried in .whl: torchtitan 0.2.2 and what it imports, torchao
+# The throughput suite's measurements on one GPU (wheels carried in .whl: torchtitan 0.2.2 and what it imports, torchao
 # 0.17.0, diffusers 0.42.1; training/throughput/README.md). STAGES picks, in this order:
 #   window   the sliding window on the GPU kernel against the band mask (tests/throughput/test_window.py -k gpu)
 #   bench    perf/bench_throughput.py: ours against torchtitan, same shape, sequence 8192, batch 1, ROWS

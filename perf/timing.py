@@ -62,8 +62,7 @@ def matmul_peak(device: torch.device) -> float | None:
 def print_profile(step_fn, steps: int = 3, top: int = 25, show: bool = True, title: str = "") -> None:
     """GPU kernel time per step, largest first (torch.profiler; without a GPU, the CPU operators' own time),
     under `title`. Under torchrun every rank must call it, since the steps it runs hold collectives (a rank
-    that sat them out left the others waiting forever: the 80-block LoRA bench on 4 GPUs, 2026-11-27); `show`
-    picks the rank that prints."""
+    that sat them out would leave the others waiting forever); `show` picks the rank that prints."""
     gpu = torch.cuda.is_available()
     activity = torch.profiler.ProfilerActivity.CUDA if gpu else torch.profiler.ProfilerActivity.CPU
     with torch.profiler.profile(activities=[activity]) as prof:

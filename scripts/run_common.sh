@@ -94,34 +94,137 @@ config_names() {
 }
 
 # _source_config FILE: source FILE in this shell (CONFIG_FILE given alone: the launcher's own, and only,
-# sourcing), with no variable exported while it runs, so that what is exported afterwards is what it exported
+# sourcing), as an interactive shell sources it (a failing line does not stop it, an unset variable is empty)
+# and with no variable exported while it runs, so that what is exported afterwards is what it exported
 # (_config_names); then everything exported before is exported again.
 _source_config() {
   local before=()
   mapfile -t before < <(compgen -e)
   if ((${#before[@]} > 0)); then export -n "${before[@]}"; fi
-  set +u
+  set +euo pipefail
   # shellcheck source=/dev/null
   source "$1"
-  set -u
+  set -euo pipefail
   mapfile -t _config_names < <(compgen -e)
   _config_conditional=()
   if ((${#before[@]} > 0)); then export "${before[@]}"; fi
 }
 
+# _find_config_file NAME: the config file CONFIG_FILE=NAME means, in _found: NAME itself where it is a file
+# (from this folder), else, for a name without a folder, the one file of that name under
+# REPO_DIR/configs/<benchmark>/ (AMD's BERT blog types `export CONFIG_FILE=config_MI300X_1x8x48.sh`, its
+# configs lying beside its launcher); said when found so, refused when none or several are.
+_find_config_file() {
+  local name=$1 found=()
+  _found=${name}
+  [[ ! -f ${name} ]] || return 0
+  [[ ${name} != */* ]] || die "CONFIG_FILE=${name}: no such file"
+  mapfile -t found < <(compgen -G "${REPO_DIR}/configs/*/${name}")
+  ((${#found[@]} > 0)) || die "CONFIG_FILE=${name}: no such file here (${PWD}) nor under" \
+    "${REPO_DIR}/configs/<benchmark>/ (python -m training.benchmarks lists the benchmarks)"
+  ((${#found[@]} == 1)) || die "CONFIG_FILE=${name}: not in this folder, and several benchmarks have a config" \
+    "of that name: ${found[*]}; give its path"
+  _found=${found[0]}
+  echo "CONFIG_FILE=${name}: ${_found} (not in this folder; found under configs/<benchmark>/)"
+}
+
+# _missing_in_shell: the names of _config_names (all but _config_conditional) this shell has not exported.
+_missing_in_shell() {
+  local name
+  local -A optional=()
+  _missing=()
+  for name in "${_config_conditional[@]}"; do optional[${name}]=1; done
+  for name in "${_config_names[@]}"; do
+    if [[ -z ${optional[${name}]:-} ]] && ! printenv "${name}" >/dev/null; then _missing+=("${name}"); fi
+  done
+}
+
+# _find_sourced_config: for a shell whose DGXSYSTEM is set without CONFIG_FILE (a vendor's config, which does
+# not name itself: AMD's and NVIDIA's launchers take ./config_${DGXSYSTEM}.sh beside themselves), the file it
+# sourced: of config_${DGXSYSTEM}.sh in this folder, beside the launcher and under configs/<benchmark>/, the one
+# whose every name this shell exports. Sets CONFIG_FILE, _config_names and _config_conditional; refuses, saying
+# what to do, when none or several are.
+_find_sourced_config() {
+  local file real matched=() rejected=()
+  local -A seen=()
+  for file in "${PWD}/config_${DGXSYSTEM}.sh" "${REPO_DIR}/config_${DGXSYSTEM}.sh" \
+    "${REPO_DIR}"/configs/"${BENCHMARK:-*}"/"config_${DGXSYSTEM}.sh"; do
+    [[ -f ${file} ]] || continue
+    real=$(readlink -f "${file}")
+    [[ -z ${seen[${real}]:-} ]] || continue
+    seen[${real}]=1
+    config_names "${real}"
+    _missing_in_shell
+    if ((${#_missing[@]} == 0)); then
+      matched+=("${real}")
+    else
+      rejected+=("${real} (exports ${_missing[*]:0:6}$( ((${#_missing[@]} <= 6)) || echo " ..."), which this shell has not)")
+    fi
+  done
+  if ((${#matched[@]} == 1)); then
+    CONFIG_FILE=${matched[0]}
+    config_names "${CONFIG_FILE}"
+    echo "DGXSYSTEM=${DGXSYSTEM} without CONFIG_FILE: the config sourced is ${CONFIG_FILE} (config_${DGXSYSTEM}.sh," \
+      "every name it exports is in this shell)"
+    return 0
+  fi
+  local hint="export CONFIG_FILE=<the file you sourced> (a config of this toolkit names itself: docs/custom_configs.md)"
+  ((${#matched[@]} == 0)) || die "DGXSYSTEM=${DGXSYSTEM} is set but CONFIG_FILE is not, and several files" \
+    "named config_${DGXSYSTEM}.sh match this shell: ${matched[*]}; ${hint}"
+  if ((${#rejected[@]} == 0)); then
+    die "DGXSYSTEM=${DGXSYSTEM} is set but CONFIG_FILE is not, and no config_${DGXSYSTEM}.sh is in this" \
+      "folder (${PWD}), beside the launcher or under ${REPO_DIR}/configs/<benchmark>/: ${hint}"
+  fi
+  die "DGXSYSTEM=${DGXSYSTEM} is set but CONFIG_FILE is not: the config sourced in this shell does not name" \
+    "itself, and the files of its name are not it: ${rejected[*]}; ${hint}"
+}
+
+# _vendor_values: BENCHMARK, DGXNNODES and DGXNGPU, where the config did not export them (AMD's and NVIDIA's
+# configs name none or some of them): the benchmark from the configs/<benchmark>/ folder the config lies in,
+# else from the names it exports and the scale from AMD's NNODES and GPUS_PER_NODE, by the vendor vocabulary
+# (python3 -m training.common.vendor_vars launcher, standard library only, on this host).
+_vendor_values() {
+  local py=python3 out line name value
+  local -A allowed=([BENCHMARK]=1 [DGXNNODES]=1 [DGXNGPU]=1)
+  if [[ -z ${BENCHMARK:-} && ${_config_file} == "${REPO_DIR}"/configs/*/config_*.sh ]]; then
+    BENCHMARK=${_config_file#"${REPO_DIR}"/configs/} && BENCHMARK=${BENCHMARK%%/*}
+    echo "BENCHMARK=${BENCHMARK}: the config does not export it; it lies in configs/${BENCHMARK}/"
+    export BENCHMARK
+  fi
+  [[ -z ${BENCHMARK:-} || -z ${DGXNNODES:-} || -z ${DGXNGPU:-} ]] || return 0
+  if [[ ${CONTAINER_RUNTIME:-} == none ]]; then py=${PYTHON:-python3}; fi
+  command -v "${py}" >/dev/null || die "${_config_file} does not export BENCHMARK, DGXNNODES or DGXNGPU, and" \
+    "${py} is not on this host to tell them from its names: export them"
+  out=$(cd "${REPO_DIR}" && CONFIG_VARS="${_config_names[*]}" "${py}" -m training.common.vendor_vars launcher) ||
+    die "${_config_file}: the benchmark or the scale cannot be told (named above)"
+  while IFS= read -r line; do
+    [[ -n ${line} ]] || continue
+    name=${line%%=*} value=${line#*=}
+    [[ -n ${allowed[${name}]:-} && ${value} =~ ^[A-Za-z0-9_]+$ ]] ||
+      die "training.common.vendor_vars printed an unexpected line: ${line}"
+    printf -v "${name}" '%s' "${value}"
+    export "${name?}"
+  done <<<"${out}"
+}
+
 # The config sourced by the user (DGXSYSTEM set), or here from CONFIG_FILE; the launchers' defaults and
 # checks. A config names itself: it exports CONFIG_FILE, its own path (every shipped config starts so), and
 # DGXSYSTEM, its file name. The launchers find its variable names by sourcing that file (config_names), so a
-# copy edited and sourced from anywhere is the config that runs; a shell with DGXSYSTEM but no CONFIG_FILE,
-# or the two naming different files, is refused. Sets CONFIG_FILE, _config_file (its full path),
-# _config_names and _config_conditional, _prefix (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the
-# CPU-sized configs: CPU_DEMO=1).
+# copy edited and sourced from anywhere is the config that runs. A vendor's config names neither: given as
+# CONFIG_FILE (a path, or a bare name under configs/<benchmark>/), it is sourced here; sourced by the user
+# (DGXSYSTEM set), it is found by its name (_find_sourced_config). CONFIG_FILE naming another file than
+# config_${DGXSYSTEM}.sh is refused. Sets CONFIG_FILE, _config_file (its full path), _config_names and
+# _config_conditional, _prefix (<BENCHMARK>_<DGXSYSTEM>) and _tune_host (0 for the CPU-sized configs:
+# CPU_DEMO=1); BENCHMARK, DGXNNODES and DGXNGPU where the config did not export them (_vendor_values).
 load_config() {
-  local given system same sourced_here=0
+  local given system sourced_here=0 logdir_given name unnamed=()
+  if [[ -n ${CONFIG_FILE:-} ]]; then
+    _find_config_file "${CONFIG_FILE}"
+    CONFIG_FILE=${_found}
+  fi
   if [[ -z ${DGXSYSTEM:-} ]]; then
     [[ -n ${CONFIG_FILE:-} ]] ||
       die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE"
-    [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
     given=$(readlink -f "${CONFIG_FILE}")
     _source_config "${given}"
     sourced_here=1
@@ -129,11 +232,8 @@ load_config() {
     # the file sourced here is the config, whatever a config it sources says
     export CONFIG_FILE=${given} DGXSYSTEM="${DGXSYSTEM:-${system#config_}}"
   elif [[ -z ${CONFIG_FILE:-} ]]; then
-    same="${REPO_DIR}/configs/${BENCHMARK:-*}/config_${DGXSYSTEM}.sh"
-    if [[ -f ${same} ]]; then same=" (${same} has that name, but the file sourced may differ)"; else same=; fi
-    die "DGXSYSTEM=${DGXSYSTEM} is set but CONFIG_FILE is not: the config sourced in this shell does not" \
-      "name itself, so which file it was cannot be known${same}. Begin it with the lines every shipped" \
-      "config begins with (docs/custom_configs.md), or export CONFIG_FILE=<the file you sourced>"
+    _find_sourced_config
+    sourced_here=1
   fi
   [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
   system=$(basename "${CONFIG_FILE}" .sh)
@@ -143,6 +243,11 @@ load_config() {
   if ((!sourced_here)); then config_names "$(readlink -f "${CONFIG_FILE}")"; fi
   [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
     die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
+  _config_file=$(readlink -f "${CONFIG_FILE}")
+  for name in BENCHMARK DGXNNODES DGXNGPU; do # (one the config exports but this shell lacks: config_env says)
+    if [[ -z ${!name:-} && " ${_config_names[*]} " != *" ${name} "* ]]; then unnamed+=("${name}"); fi
+  done
+  if ((${#unnamed[@]} > 0)); then _vendor_values; fi
   : "${BENCHMARK:?BENCHMARK not set: the config exports it (python -m training.benchmarks lists them)}"
   [[ ${BENCHMARK} =~ ^[a-z0-9][a-z0-9_]*$ ]] ||
     die "BENCHMARK=${BENCHMARK}: expected a benchmark's name (python -m training.benchmarks lists them)"
@@ -156,9 +261,15 @@ load_config() {
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
   [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
+  [[ -z ${MODEL:-} || -d ${MODEL} ]] || die "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
   [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
-  [[ ${CLEAR_CACHES} =~ ^[01]$ ]] || die "CLEAR_CACHES=${CLEAR_CACHES}: expected 0 or 1"
+  case ${CLEAR_CACHES} in # AMD's and NVIDIA's configs say 1 or 0; their READMEs also true or false
+    1 | [Tt][Rr][Uu][Ee] | [Yy][Ee][Ss] | [Oo][Nn]) CLEAR_CACHES=1 ;;
+    0 | [Ff][Aa][Ll][Ss][Ee] | [Nn][Oo] | [Oo][Ff][Ff]) CLEAR_CACHES=0 ;;
+    *) die "CLEAR_CACHES=${CLEAR_CACHES}: expected 1 or 0 (true or false)" ;;
+  esac
+  [[ ${CLEAR_CACHES} =~ ^[01]$ ]] # (what reaches arithmetic: a digit, in the form tests/launch lints for)
   [[ ${CHECK_COMPLIANCE} =~ ^[01]$ ]] || die "CHECK_COMPLIANCE=${CHECK_COMPLIANCE}: expected 0 or 1"
   [[ ${CONSOLE:-compact} =~ ^(compact|full)$ ]] || die "CONSOLE=${CONSOLE}: expected compact or full"
   require_int 0 LOGDIR_MB_PER_RUN
@@ -169,11 +280,20 @@ load_config() {
     0 | [Ff][Aa][Ll][Ss][Ee] | [Nn][Oo] | [Oo][Ff][Ff] | '') _tune_host=1 ;;
     *) die "CPU_DEMO=${CPU_DEMO}: expected 0/1, true/false, yes/no" ;;
   esac
+  # A relative LOGDIR is the launcher's folder's, as AMD's run_with_docker.sh (which first changes to its own
+  # folder) takes it; where the logs go is said.
+  logdir_given=${LOGDIR}
+  [[ ${LOGDIR} == /* ]] || LOGDIR="${REPO_DIR}/${LOGDIR}"
   mkdir -p "${LOGDIR}"
   LOGDIR=$(cd "${LOGDIR}" && pwd)
+  if [[ ${logdir_given} == /* ]]; then
+    echo "Logs: ${LOGDIR}"
+  else
+    echo "Logs: ${LOGDIR} (LOGDIR=${logdir_given}, from the launcher's folder as AMD's run_with_docker.sh takes it)"
+  fi
   DATADIR=$(cd "${DATADIR}" && pwd)
+  if [[ -n ${MODEL:-} ]]; then MODEL=$(cd "${MODEL}" && pwd); fi
   check_logdir_space
-  _config_file=$(readlink -f "${CONFIG_FILE}")
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
 }
 
@@ -204,19 +324,16 @@ check_logdir_space() {
 # The names the config exports go to the container by name (the value comes from this shell); CONFIG_VARS
 # lists them for the trainers, which report an unknown one as a likely typo.
 config_env() {
-  local name missing=()
+  local name
   ((${#_config_names[@]} > 0)) || die "${_config_file} exports no variables"
   echo "Config ${_config_file}: ${_config_names[*]}"
   export CONFIG_VARS="${_config_names[*]}"
-  local -A optional=()
-  for name in "${_config_conditional[@]}"; do optional[${name}]=1; done
-  for name in "${_config_names[@]}"; do
-    if [[ -z ${optional[${name}]:-} ]] && ! printenv "${name}" >/dev/null; then missing+=("${name}"); fi
-  done
-  ((${#missing[@]} == 0)) || die "not exported in this shell: ${missing[*]} (${_config_file} exports them:" \
+  _missing_in_shell
+  ((${#_missing[@]} == 0)) || die "not exported in this shell: ${_missing[*]} (${_config_file} exports them:" \
     "source it in this shell, or give CONFIG_FILE alone)"
   # Set by the launcher itself, per container or per run, or a host path: never copied from this shell.
-  local -A seen=([DATADIR]=1 [LOGDIR]=1 [CONFIG_VARS]=1 [CONFIG_FILE]=1 [RUN_TAG]=1 [SEED]=1 [CLEAR_CACHES]=1)
+  local -A seen=([DATADIR]=1 [LOGDIR]=1 [MODEL]=1 [CONFIG_VARS]=1 [CONFIG_FILE]=1 [RUN_TAG]=1 [SEED]=1
+    [CLEAR_CACHES]=1)
   _pass_env=()
   for name in "${_config_names[@]}" BENCHMARK DGXSYSTEM DGXNNODES DGXNGPU; do
     [[ -z ${seen[${name}]:-} ]] || continue

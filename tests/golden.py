@@ -1,8 +1,7 @@
 """Golden files for numerics: per-step losses and a digest of the final weights of tiny seeded runs through
 the trainers' own step functions (`tests/*/test_golden.py`), so that a change to the math (model, loss,
-optimizer, schedule, clipping, accumulation) is seen. `golden_steps.json` was written by the code before the
-benchmark-interface refactor (issue #18), which the runs reproduce bit for bit. Regenerate deliberately, and
-say why in the commit:
+optimizer, schedule, clipping, accumulation) is seen: a refactor reproduces `golden_steps.json` bit for bit.
+Regenerate deliberately, and say why in the commit:
     GOLDEN_UPDATE=1 python -m pytest tests/llama/test_golden.py tests/bert/test_golden.py
 """
 

@@ -50,7 +50,7 @@ def test_every_numeric_variable_has_a_range(cls):
         (BertConfig, {"OPT_LAMB_EPSILON": "0"}, "OPT_LAMB_EPSILON=0.0 must be > 0"),
         (BertConfig, {"WARMUP_STEPS": "-5"}, "WARMUP_STEPS=-5 must be >= 0"),
         (BertConfig, {"WARMUP_PROPORTION": "1.5"}, "WARMUP_PROPORTION=1.5 must be in [0, 1]"),
-        (BertConfig, {"START_WARMUP_STEP": "-1"}, "START_WARMUP_STEP=-1 must be >= 0"),
+        (BertConfig, {"START_WARMUP_STEP": "5"}, "START_WARMUP_STEP=5 must be in [-inf, 0]"),
         (BertConfig, {"MAX_GRAD_NORM": "0"}, "MAX_GRAD_NORM=0.0 must be > 0"),
         (BertConfig, {"INIT_LOSS_SCALE": "0"}, "INIT_LOSS_SCALE=0.0 must be > 0"),
         (BertConfig, {"EVAL_ITER_START_SAMPLES": "-1"}, "EVAL_ITER_START_SAMPLES=-1 must be >= 0"),

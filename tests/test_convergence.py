@@ -1,4 +1,4 @@
-"""training.convergence: the verdicts on samples-to-target distributions, and its refusals (issue 34). The
+"""training.convergence: the verdicts on samples-to-target distributions, and its refusals. The
 end-to-end tiny form runs in tests/llama/test_convergence.py (it needs the Llama demo data)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The docs say what happens (issue 35): the file names the runs write, the commands of the CPU configs' own
+"""The docs say what happens: the file names the runs write, the commands of the CPU configs' own
 comments, one image name per Dockerfile, the throughput suite's exit statuses, the LoRA demo's end."""
 
 from __future__ import annotations

@@ -53,6 +53,66 @@ def test_te_swaps_bert_encoder_linears_keeping_weights_and_biases(monkeypatch):
     with fp8.forward_context():
         pass
     assert entered == [{"fp8_format": "hybrid", "amax_history_len": 4, "amax_compute_algo": "most_recent"}]
+    # FP8_AMAX_HISTORY and FP8_AMAX_ALGO reach Transformer Engine's recipe (NVIDIA v4.0's LoRA: 32, max)
+    bert = BertForPackedPretraining(BertShape(num_hidden_layers=1, hidden_size=64, intermediate_size=128,
+                                              num_attention_heads=4, vocab_size=128))  # fmt: skip
+    fp8 = apply_fp8(bert, Fp8Settings("te", amax_history=32, amax_algo="max"))
+    with fp8.forward_context():
+        pass
+    assert entered[-1]["amax_history_len"] == 32 and entered[-1]["amax_compute_algo"] == "max"
+    assert "amax history 32 max" in fp8.description
+
+
+def _steps(lin: nn.Module, scales: list[float]) -> list[tuple[float, float, torch.Tensor]]:
+    """Train-mode steps of `lin` on inputs and incoming gradients whose amaxes are `scales` (step k: k's);
+    after each, (its x_amax, its g_amax, its output)."""
+    out = []
+    for k, scale in enumerate(scales):
+        x = torch.randn(8, 64, generator=torch.Generator().manual_seed(k))
+        x = (x / x.abs().max() * scale).requires_grad_()
+        g = torch.randn(8, 32, generator=torch.Generator().manual_seed(100 + k))
+        with torch.autocast("cpu", torch.bfloat16):
+            y = lin(x)
+        y.backward((g / g.abs().max() * scale / 1e3).to(y.dtype))
+        out.append((float(lin.x_amax), float(lin.g_amax), y.detach()))
+    return out
+
+
+def test_amax_history_max_scales_by_the_largest_of_the_last_steps():
+    """FP8_AMAX_ALGO=max, FP8_AMAX_HISTORY=3 (Transformer Engine's delayed scaling, in the native linear):
+    after each step the amax the next cast scales by is the largest of the last 3 steps' amaxes, of the input
+    and of the incoming gradient alike; one large step keeps the scale down for 3 steps, then it recovers."""
+    torch.manual_seed(0)
+    base = nn.Linear(64, 32)
+    lin = Fp8Linear.from_linear(base, history=3)
+    scales = [8.0, 1.0, 1.0, 1.0, 2.0, 1.0]
+    got = _steps(lin, scales)
+    window = [max(scales[max(0, k - 2) : k + 1]) for k in range(len(scales))]
+    assert [x for x, _, _ in got] == pytest.approx(window, rel=1e-2)
+    assert [g for _, g, _ in got] == pytest.approx([w / 1e3 for w in window], rel=1e-2)
+    lin.reset_amax()
+    assert float(lin.x_amax_history.abs().sum() + lin.g_amax_history.abs().sum()) == 0.0
+
+
+def test_most_recent_amax_is_the_native_default_bit_for_bit():
+    """FP8_AMAX_ALGO=most_recent (the default, AMD's recipe: history 4) scales by the last step's amax, as the
+    native linear always did: no history buffers, the same outputs and amaxes bit for bit as a linear made
+    without the settings, whatever FP8_AMAX_HISTORY; max over a history of 1 is the same."""
+    torch.manual_seed(0)
+    base = nn.Linear(64, 32)
+    reference = _steps(Fp8Linear.from_linear(base), [8.0, 1.0, 2.0])
+    for settings in (Fp8Settings("native"), Fp8Settings("native", amax_history=32),
+                     Fp8Settings("native", amax_history=1, amax_algo="max")):  # fmt: skip
+        model = nn.Module()
+        model.layers = nn.Sequential(nn.Linear(64, 32))
+        model.layers[0].load_state_dict(base.state_dict())
+        fp8 = apply_fp8(model, settings)
+        lin = model.layers[0]
+        assert lin.x_amax_history is None and "amax the most recent" in fp8.description
+        got = _steps(lin, [8.0, 1.0, 2.0])
+        assert all(a[:2] == b[:2] and torch.equal(a[2], b[2]) for a, b in zip(got, reference))
+    fp8 = apply_fp8(nn.Module(), Fp8Settings("native", amax_history=4, amax_algo="max"))
+    assert "amax the max of the last 4 steps" in fp8.description
 
 
 def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
@@ -89,19 +149,20 @@ def test_native_fp8_linear_matches_bf16_within_fp8_error_and_tracks_amax():
         torch.testing.assert_close(lin.g_amax, g.to(torch.bfloat16).abs().amax().float())
 
 
-@pytest.mark.parametrize("kind", ["swiglu", "gelu"])
-def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind):
+@pytest.mark.parametrize("kind, history", [("swiglu", 0), ("gelu", 0), ("swiglu", 2)])
+def test_fused_mlp_gives_the_bits_of_its_fp8_linears_one_by_one(kind, history):
     """`FusedFp8MLP` (x cast once, the activation and its gradients written only in FP8; on CPU through
     PyTorch's eager ops) against the same `Fp8Linear`s run one after another, Llama's SwiGLU (no biases) and
     BERT's GELU FFN (biases, float32 input and weights under bf16 autocast), over 3 steps from the same amax
-    state: the same output, input and parameter gradients and amax buffers, bit for bit."""
+    state: the same output, input and parameter gradients and amax buffers, bit for bit; with an amax history
+    (FP8_AMAX_ALGO=max) too."""
     torch.manual_seed(0)
     bias, names = kind == "gelu", ("up", "down", "gate") if kind == "swiglu" else ("up", "down")
     shapes = {"up": (64, 96), "gate": (64, 96), "down": (96, 64)}
     base = {n: nn.Linear(*shapes[n], bias=bias) for n in names}
     runs = []
     for fused in (False, True):
-        lin = {n: Fp8Linear.from_linear(m) for n, m in base.items()}
+        lin = {n: Fp8Linear.from_linear(m, history=history) for n, m in base.items()}
         mlp = FusedFp8MLP("up", "down", "gate" if kind == "swiglu" else None, lin)
         results = []
         for step in range(3):
@@ -311,7 +372,7 @@ def _gradients(model, calibrated: bool) -> dict[str, torch.Tensor]:
 
 
 def test_calibration_keeps_the_first_steps_gradients():
-    """Issue 34, item 5: delayed scaling's first step casts with scale 1, so small e5m2 gradients underflow
+    """Delayed scaling's first step casts with scale 1, so small e5m2 gradients underflow
     and every block below the last gets a wrong gradient (here up to 97% off the bf16 one); measured scales
     (`training.fp8.calibrate`) leave FP8's own rounding (about 12% here)."""
     reference = _gradients(_tiny_fp8_llama(fp8=False), calibrated=False)

@@ -1,5 +1,5 @@
-"""The layering of the three Python trees, read from the import statements of every file, in DESIGN.md's
-terms (benchmark packages are those the benchmark table names; everything else is shared code):
+"""The layering of the three Python trees, read from the import statements of every file (benchmark packages
+are those the benchmark table, `training/benchmarks.py`, names; everything else is shared code):
 - training/: shared code (`common/`, `fp8/`, the Llama model family `llama/`, `scoring/`, ...) and the entry
   points (`training/*.py`) import no benchmark package; a benchmark package imports no other benchmark
   package; `common/` imports nothing above it (of the rest of training/, only `fp8/choices.py`, which

@@ -28,9 +28,10 @@ class Row:
     samples_key: str = "samples_count"
 
 
-def run(caplog, scores, row=Row(), losses=(), max_steps=4, hyperparameters=None, **train):
-    """Steps of global batch 8 (loss 2.0, or `losses` by step), evaluations after steps 2 and 4 giving
-    `scores` in turn: (outcome, the events after `seed`: (key, value, metadata), the timings left out)."""
+def run(caplog, scores, row=Row(), losses=(), max_steps=4, hyperparameters=None, own=None, **train):
+    """Steps of global batch 8 (loss 2.0, or `losses` by step; each counting `own` samples of its own where
+    given), evaluations after steps 2 and 4 giving `scores` in turn: (outcome, the events after `seed`:
+    (key, value, metadata), the timings left out)."""
     caplog.set_level(logging.INFO)
     caplog.clear()
     steps_run = []
@@ -40,7 +41,8 @@ def run(caplog, scores, row=Row(), losses=(), max_steps=4, hyperparameters=None,
     def start():
         assert "run_start" in run.mllog.logged and "block_start" not in run.mllog.logged
         return lambda index: (
-            steps_run.append(index) or StepResult(torch.tensor(dict(losses).get(index, 2.0)), 0.1)
+            steps_run.append(index)
+            or StepResult(torch.tensor(dict(losses).get(index, 2.0)), 0.1, samples=own)
         )
 
     scores = iter(scores)
@@ -86,26 +88,48 @@ def test_the_samples_count_convention_opens_a_block_for_each_stretch_of_training
     ]
 
 
-def test_the_epoch_convention_keeps_one_block_around_the_run(caplog):
+def test_the_epoch_convention_keeps_one_epoch_and_one_block_around_the_run(caplog):
+    """As NVIDIA's BERT logs (v5.0 nyx_n1_ngc25.04_pytorch result_0.txt): epoch_start, block_start with
+    first_epoch_num 1; at each evaluation tracked_stats, eval_start and eval_stop (valued with the sample
+    count), eval_accuracy; block_stop, epoch_stop at the end."""
     ended, events = run(caplog, [0.5, 0.9], Row("bert", True, "epoch_num"), eval_samples=64, metric="acc")
     assert ended == Outcome("not_converged", "acc 0.9000 (target 1.0) after 32 samples")
     assert events == [
         ("init_stop", None, {}),
         ("run_start", None, {}),
-        ("block_start", None, {"first_epoch_num": 0, "epoch_count": 1}),
-        ("eval_start", None, {"epoch_num": 16}),
-        ("eval_stop", None, {"epoch_num": 16}),
+        ("epoch_start", None, {"epoch_num": 0}),
+        ("block_start", None, {"first_epoch_num": 1, "epoch_count": 1}),
+        ("tracked_stats", {}, {"epoch_num": 16, "step": 2}),
+        ("eval_start", 16, {"epoch_num": 16}),
+        ("eval_stop", 16, {"epoch_num": 16}),
         ("eval_accuracy", 0.5, {"epoch_num": 16}),
-        ("tracked_stats", {"epoch_num": 16}, {"step": 2}),
-        ("eval_start", None, {"epoch_num": 32}),
-        ("eval_stop", None, {"epoch_num": 32}),
+        ("tracked_stats", {}, {"epoch_num": 32, "step": 4}),
+        ("eval_start", 32, {"epoch_num": 32}),
+        ("eval_stop", 32, {"epoch_num": 32}),
         ("eval_accuracy", 0.9, {"epoch_num": 32}),
-        ("tracked_stats", {"epoch_num": 32}, {"step": 4}),
-        ("block_stop", None, {"first_epoch_num": 0}),
+        ("block_stop", None, {"first_epoch_num": 1}),
+        ("epoch_stop", None, {"epoch_num": 32}),
         ("train_samples", 32, {}),
         ("eval_samples", 64, {}),
         ("run_stop", None, {"status": "aborted"}),
     ]
+
+
+def test_steps_that_count_their_own_samples_are_counted_so(caplog):
+    """BERT's steps count the sequences of their packed rows (NVIDIA: 150,369 after 196 steps of 768
+    nominal samples): every event counts those. The step limit ends the run after a step without an
+    evaluation, so train_samples, epoch_stop and the outcome count the steps after the last evaluation."""
+    ended, events = run(caplog, [0.5, 0.9], Row("bert", True, "epoch_num"), own=7, max_steps=5, metric="acc")
+    assert ended == Outcome("not_converged", "acc 0.9000 (target 1.0) after 35 samples")
+    counted = [(key, metadata.get("epoch_num", value)) for key, value, metadata in events
+               if key in ("eval_accuracy", "epoch_stop", "train_samples")]  # fmt: skip
+    assert counted == [
+        ("eval_accuracy", 14),
+        ("eval_accuracy", 28),
+        ("epoch_stop", 35),
+        ("train_samples", 35),
+    ]
+    assert events[-1] == ("run_stop", None, {"status": "aborted"})
 
 
 @pytest.mark.parametrize("row, scores", [(Row(), [5.0, 1.0]), (Row("bert", True, "epoch_num"), [0.2, 1.0])])
@@ -128,6 +152,15 @@ def test_a_non_finite_loss_ends_the_run_at_the_next_check(caplog, capsys):
     assert keys == ["init_stop", "run_start", "block_start", "block_stop", "train_samples", "run_stop"]
     assert events[-1][2] == {"samples_count": 16, "status": "aborted"}
     assert "test: non-finite loss by step 2; ending the run as aborted" in capsys.readouterr().err
+
+
+def test_the_loop_says_its_sample_limit_as_the_console_reads_it(caplog, capsys):
+    """The step limit times the global batch (4 steps of 8), before run_start, in the console's words."""
+    from training.common.console import LIMIT_LINE
+
+    run(caplog, [5.0, 4.0])
+    said = [line for line in capsys.readouterr().out.splitlines() if LIMIT_LINE.match(line)]
+    assert said == ["test: sample limit 32 (4 steps of 8 samples)"]
 
 
 def test_a_non_finite_score_ends_the_run(caplog):

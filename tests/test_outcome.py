@@ -1,4 +1,4 @@
-"""Issue 19, item 3: a run's own outcome (training/common/outcome.py), classified where the trainer ends and
+"""A run's own outcome (training/common/outcome.py), classified where the trainer ends and
 read back by the launcher and the scorer, since torchrun's exit status says only "a worker failed"."""
 
 from __future__ import annotations
@@ -89,7 +89,11 @@ def main():
     print("started", flush=True)
     if sys.argv[1] == "sleep":
         time.sleep(60)
-    return outcome.ended(False, "eval_accuracy 0.5 (target 0.72) at 80 samples")
+    end = outcome.ended(False, "eval_accuracy 0.5 (target 0.72) at 80 samples")
+    if sys.argv[1] == "teardown":  # the MLPerf loop's end, then its barrier and process-group teardown
+        print("ended", flush=True)
+        time.sleep(60)
+    return end
 outcome.run(main, "toy")
 """
 
@@ -121,6 +125,23 @@ def test_sigterm_is_written_as_interrupted(tmp_path):
     record = json.loads((tmp_path / "toy_1.outcome.json").read_text())
     assert record["status"] == "interrupted" and record["rank"] == 0 and record["time"] <= time.time()
     assert [p.name for p in tmp_path.iterdir()] == ["toy_1.outcome.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("rank", ["0", "3"])
+def test_a_sigterm_after_the_run_s_end_is_the_teardown_s_not_the_run_s(tmp_path, rank):
+    """torchrun stops the other ranks when the first exits non-zero (every rank of a run that did not
+    converge does): rank 0 writes the run's end, another rank nothing, and neither says "interrupted"."""
+    proc = run_entry(tmp_path, "teardown", rank=rank)
+    assert proc.stdout.readline() == "started\n" and proc.stdout.readline() == "ended\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 1  # not converged
+    said = proc.stderr.read()
+    assert "toy: SIGTERM in the teardown, after the run's end" in said and "interrupted" not in said
+    if rank == "0":
+        assert outcome.read(tmp_path / "toy_1.log").describe() == (
+            "not converged: eval_accuracy 0.5 (target 0.72) at 80 samples"
+        )
+    assert [p.name for p in tmp_path.iterdir()] == (["toy_1.outcome.json"] if rank == "0" else [])
 
 
 def test_a_torchrun_worker_skips_the_interpreters_teardown(tmp_path):

@@ -1,4 +1,4 @@
-"""perf/parity.py: the loss-parity verdict every bench prints beside its speed figures (issue 34)."""
+"""perf/parity.py: the loss-parity verdict every bench prints beside its speed figures."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_check_all_marks_the_reference_and_skips_other_batches():
     assert "did not run" in lonely["fast"]["parity"]["verdict"]
 
 
-# two runs of the eager bf16 reference, the 8B at 24 blocks on one H200 (2026-11-27): 10 steps within 1%,
+# two runs of the eager bf16 reference, the 8B at 24 blocks on one H200: 10 steps within 1%,
 # then 1.6% at step 10 and 28% at step 11
 REF_A = [12.606, 12.189, 11.671, 10.894, 11.817, 11.552, 11.203, 11.142, 12.08, 10.967, 11.273, 10.649]
 REF_B = [12.606, 12.189, 11.671, 10.894, 11.818, 11.554, 11.183, 11.131, 11.96, 11.012, 11.456, 13.595]

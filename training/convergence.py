@@ -45,6 +45,7 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import env_names
+from training.common.console import METRICS
 from training.common.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +215,8 @@ def compare(reference: list[Outcome], mode: list[Outcome]) -> dict:
     return out
 
 
-def plot(outcomes: list[Outcome], target: float | None, path: Path) -> None:
+def plot(outcomes: list[Outcome], target: float | None, path: Path, benchmark: str) -> None:
+    """Every run's evaluations against samples, the axis named by what the benchmark's eval_accuracy is."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,7 +234,7 @@ def plot(outcomes: list[Outcome], target: float | None, path: Path) -> None:
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys())
     ax.set_xlabel("samples")
-    ax.set_ylabel("eval_accuracy")
+    ax.set_ylabel(f"{METRICS.get(benchmark, 'eval_accuracy')} (eval_accuracy)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -325,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                "runs": [{**vars(o), "log": o.log.name} for o in outcomes]}  # fmt: skip
     write_text_atomic(out / "convergence.json", json.dumps(summary, indent=2) + "\n")
     write_text_atomic(out / "convergence.md", report(benchmark, reference, mode, outcomes, verdict))
-    plot(outcomes, None if math.isnan(target) else target, out / "convergence.png")
+    plot(outcomes, None if math.isnan(target) else target, out / "convergence.png", benchmark.name)
     print(f"convergence: {'PASS' if verdict['ok'] else 'FAIL'}: {verdict['verdict']}")
     print(f"convergence: report {out / 'convergence.md'}, plot {out / 'convergence.png'}")
     return 0 if verdict["ok"] else 1

@@ -17,8 +17,8 @@ export CPU_DEMO=1 PRECISION=fp32 WARMUP=0
 export OMP_NUM_THREADS=1
 export MAX_SEQLEN=256 MINIBS=8 MBS=4 LR=1.5e-2 MAX_STEPS=192
 # The validation loss of the held-out articles' summaries falls from ~5.85 to 5.51-5.61 over the 192 steps
-# (three seeds, 2026-11-25, 2 cores); 5.68 is reached after 640-896 samples, in about a minute, where a run
-# stops (at 5.63-5.65). Seeds 1000-1009 converged after 384-1,152 samples (2026-11-27); seed 1728352858, drawn
-# in a CI run, did not: it hovered at 5.71-5.80 to the sample limit (a run not converged, as MLPerf counts).
+# (three seeds, 2 cores); 5.68 is reached after 640-896 samples, in about a minute, where a run stops (at
+# 5.63-5.65). Seeds 1000-1009 converge after 384-1,152 samples; seed 1728352858 does not: it hovers at
+# 5.71-5.80 to the sample limit (a run not converged, as MLPerf counts).
 export SKIP_EVALS=0 VAL_CHECK_INTERVAL=128 TARGET=5.68
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=CPU

@@ -1,14 +1,13 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 4 H200: config_H200_1x8x1.sh's recipe on 4 GPUs at its global batch (GBS 8 =
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
-# Memory, measured on 4 x H200 with all 80 blocks (perf/lora_gpu.sh, perf/RESULTS.md, 2026-11-27): each GPU
-# holds twice the frozen weights of the 8-GPU run. Native FP8 on GovReport's layout (one example a row, the
-# dense batch) ran at ACL=24: 2,436 tokens/s per GPU with FlashAttention-4 (2,366 with SDPA, one call before),
-# 2.15x HF + peft in the same call, peaking at 126.8 GiB of 139.8 (the trainer's line; the bench alike: a kept
-# block adds 1.41 GiB, its forward's saved tensors); ACL=30 ran 2,338 (sixth session). Before, the
-# FP8 calibration pass (eager, bf16) set the peak at 3.25 GiB a kept block: ACL 54 ran out of memory there and
-# 59 ran (2,085); that pass now recomputes every block (training/fp8 `calibrate`, 2026-11-27, sixth session).
-# PRECISION=bf16 needed ACL=64 on packed rows; on the dense batch it was not run.
+# Memory, measured on 4 x H200 with all 80 blocks (perf/lora_gpu.sh): each GPU holds twice the frozen weights
+# of the 8-GPU run. Native FP8 on GovReport's layout (one example a row, the dense batch) at ACL=24 peaks at
+# 126.8 GiB of 139.8 (the trainer's line, perf/results/2026-11-27/lora_trainer_4xh200_fp8_acl24_flash4.log;
+# the bench alike); a block kept rather than recomputed adds 1.41 GiB, its forward's saved tensors. The first
+# step's FP8 calibration pass recomputes every block (training/fp8 `calibrate`), so the steady step sets the
+# peak. The speed of this mode against HF + peft: perf/RESULTS.md. PRECISION=bf16 needs ACL=64 on packed rows;
+# on the dense batch it has not run.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H200_1x8x1.sh

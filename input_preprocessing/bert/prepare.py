@@ -1,27 +1,11 @@
-"""Prepare MLPerf BERT's data: `prepare_data.sh --outputdir DIR [--packed-data]` runs this.
-
-    python -m input_preprocessing.bert.prepare --outputdir /bert_data --packed-data
-    python -m input_preprocessing.bert.prepare --outputdir /tmp/bert_demo --packed-data --shards 8 \\
-        --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 1500
-
-Stages, in order, each resumable (a stage that finished is skipped; inside a stage every output file is
-written atomically and skipped when present, so a killed run picks up where it stopped):
-  inputs      MLCommons' files downloaded with its R2 downloader and checked (or local text: --wiki-dump DUMP
-              or --text-dir DIR); R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh uses a local copy of the script
-  examples    per text part: tokenize, build masked-LM/next-sentence examples (seed 12345, dupe factor 10)
-  eval        eval.txt's examples, 10,000 picked evenly -> hdf5/eval_varlength/part_eval_10k.hdf5
-  plan        rows (packed: up to 3 sequences in 512 tokens, or --max-seq-length) and their shards, seed 12345
-  scatter     per part: sequences reordered by destination shard
-  shards      hdf5/packed_data/part_NNNNN (or, unpacked, hdf5/training-N/hdf5_N_shards_varlength_shuffled/)
-  checkpoint  phase1/model.ckpt-28252 (TF1) -> phase1/model.ckpt-28252.pt
-  manifest    manifest.json (path, size, sha256, samples of every output file), then `verify` on it
-Intermediates live in DIR/work (removed at the end unless --keep-work); markers and settings in DIR/.prep.
+"""Prepare MLPerf BERT's data: `prepare_data.sh --outputdir DIR [--packed-data]` runs this. Its flags, usage
+and stages are `flags.py` (standard library only, so that --help needs no data library).
 """
 
-import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -31,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from input_preprocessing.common import r2
 from input_preprocessing.common.checksums import file_hash
 from input_preprocessing.common.runtime import (
     GIB,
@@ -44,15 +29,20 @@ from input_preprocessing.common.runtime import (
 from training.common.files import atomic_path, write_text_atomic
 
 from . import download, wiki
+from .flags import SAMPLE_VOCAB, parser
 from .pretraining import PretrainingParams, make_part, text_file_to_sequences
 from .ragged import write_unpacked
 from .runtime import Markers, default_jobs, parallel_map
 from .shards import gather_shards, make_plan, scatter_part
-from .verify import build_manifest, verify
+from .verify import (
+    EVAL_FILE,
+    MLCOMMONS_EVAL_SAMPLES,
+    NVIDIA_EVAL_MD5,
+    build_manifest,
+    eval_set_problems,
+    verify,
+)
 
-SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
-SAMPLE_VOCAB = SAMPLE_DIR / "bert_uncased_vocab.txt"
-EVAL_FILE = "hdf5/eval_varlength/part_eval_10k.hdf5"
 PACKED_DIR = "hdf5/packed_data"
 
 # MLPerf's bert_config.json (BERT-Large uncased); json.dumps(indent=2) + newline is byte-identical to the
@@ -191,7 +181,9 @@ class Pipeline:
         return self.cfg.work / "text" if self.cfg.wiki_dump else self.cfg.root / download.TEXT_DIR
 
     def text_parts(self) -> list[Path]:
-        parts = sorted(self.text_dir().glob("part-*-of-*"))
+        parts = sorted(
+            p for p in self.text_dir().glob("part-*-of-*") if re.fullmatch(r"part-\d+-of-\d+", p.name)
+        )
         if not parts:
             raise PrepError(f"{self.text_dir()}: no text parts (part-NNNNN-of-MMMMM)")
         return parts
@@ -229,7 +221,7 @@ class Pipeline:
         elif cfg.skip_download:
             stats = download.check_inputs(cfg.root)
         else:
-            stats = download.download_inputs(cfg.root, cfg.metadata_url, cfg.r2_downloader)
+            stats = download.download_inputs(cfg.root, cfg.metadata_url, cfg.r2_downloader, cfg.disk_check)
         parts = self.text_parts()
         if not (self.text_dir() / "eval.txt").is_file():
             raise PrepError(f"{self.text_dir() / 'eval.txt'}: missing (the held-out eval text)")
@@ -271,6 +263,12 @@ class Pipeline:
             ratio = available / wanted
             picked = [int(i * ratio) for i in range(wanted)]
         write_unpacked(cfg.root / EVAL_FILE, seqs.take(np.asarray(picked, dtype=np.int64)))
+        if not cfg.local and cfg.eval_samples == MLCOMMONS_EVAL_SAMPLES:
+            # MLCommons' text: the eval set must be the one every submission evaluates on, NVIDIA's.
+            problems = eval_set_problems(cfg.root / EVAL_FILE)
+            if problems:
+                raise PrepError(problems[0])
+            log(f"[eval] the eval set is MLPerf's: NVIDIA's published digest {NVIDIA_EVAL_MD5} (hdf5_md5.py)")
         return {"available": available, "samples": len(picked)}
 
     def plan(self) -> dict:
@@ -383,11 +381,11 @@ class Pipeline:
             text_bytes = download.TEXT_BYTES_ESTIMATE
         needed = 0 if self.markers.done("shards") else PEAK_COPIES * BYTES_PER_TEXT_BYTE * text_bytes
         if not cfg.local and not self.markers.done("inputs"):
-            needed += (
-                download.TEXT_BYTES_ESTIMATE
-                + download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
-            )
-            needed = max(needed, download.INPUT_DATASET_BYTES)  # downloaded whole, then trimmed
+            checkpoint = download.PUBLISHED_BYTES[f"{download.CHECKPOINT}.data-00000-of-00001"]
+            needed += download.TEXT_BYTES_ESTIMATE + checkpoint  # the inputs kept
+            # Each dataset is downloaded whole, then trimmed: the inputs' unused files, the text's archives.
+            text_peak = checkpoint + download.TEXT_ARCHIVES_BYTES_ESTIMATE + download.TEXT_BYTES_ESTIMATE
+            needed = max(needed, download.INPUT_DATASET_BYTES, text_peak)
         check_free_disk(cfg.root, int(needed), "downloads, intermediates and the final shards")
 
     def run(self) -> dict:
@@ -428,63 +426,35 @@ class Pipeline:
         log("\n".join(lines))
 
 
-def _kill_after(text: str) -> tuple[str, int]:
-    stage, _, n = text.partition(":")
-    return stage, int(n)
-
-
 def parse_args(argv: list[str] | None = None) -> Config:
-    parser = argparse.ArgumentParser(
-        prog="prepare_data.sh",
-        description="Prepare MLPerf BERT data: phase1 checkpoint, eval set, training shards.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 2)[2],
-    )
-    add = parser.add_argument
-    add("-o", "--outputdir", type=Path, required=True, help="where the data goes (e.g. /bert_data)")
-    add("-s", "--skip-download", action="store_true", help="MLCommons' inputs are already in OUTPUTDIR")
-    add("-p", "--shards", type=int, default=4320, help="training shards (default 4320)")
-    add("-c", "--packed-data", action="store_true", help="pack up to 3 sequences per 512-token row")
-    add("--wiki-dump", type=Path, help="local text instead: made from this pages-articles .xml[.bz2]")
-    add("--text-dir", type=Path, help="local text instead: part-* files and eval.txt in this folder")
-    add("--vocab", type=Path, help=f"vocabulary for local text (default: the bundled {SAMPLE_VOCAB.name})")
-    add("--tf-checkpoint", type=Path, help="TF1 checkpoint prefix to convert, with local text")
-    add("--eval-samples", type=int, default=10_000, help="eval samples to pick (default 10000)")
-    add("--eval-articles", type=int, help="articles held out for eval from --wiki-dump (default 10%%)")
-    add("--max-seq-length", type=int, help="tokens per sequence (default 512); local text only")
-    add("--max-predictions-per-seq", type=int, help="masked tokens per sequence (default 76); local text")
-    add("-j", "--jobs", type=int, help="worker processes (default: CPUs, fewer if memory is short)")
-    add("--metadata-url", default=download.MLCOMMONS_METADATA, help=argparse.SUPPRESS)
-    add("--keep-work", action="store_true", help="keep OUTPUTDIR/work (intermediates)")
-    add("--no-disk-check", action="store_true", help="skip the free-disk check")
-    add("--debug-kill-after", type=_kill_after, help=argparse.SUPPRESS)  # STAGE:N, for the resume test
-    args = parser.parse_args(argv)
+    flags = parser()
+    args = flags.parse_args(argv)
     counts = ("shards", "eval_samples", "jobs", "eval_articles", "max_seq_length", "max_predictions_per_seq")
     for name in counts:
         value = getattr(args, name)
         if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
+            flags.error(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
     if args.wiki_dump and args.text_dir:
-        parser.error("--wiki-dump and --text-dir exclude each other (two sources of text)")
+        flags.error("--wiki-dump and --text-dir exclude each other (two sources of text)")
     local = args.wiki_dump or args.text_dir
     if (args.vocab or args.tf_checkpoint) and not local:
-        parser.error("--vocab and --tf-checkpoint go with local text (MLCommons' download brings its own)")
+        flags.error("--vocab and --tf-checkpoint go with local text (MLCommons' download brings its own)")
     if args.eval_articles and not args.wiki_dump:
-        parser.error("--eval-articles goes with --wiki-dump")
+        flags.error("--eval-articles goes with --wiki-dump")
     params = PretrainingParams()
     if args.max_seq_length or args.max_predictions_per_seq:
         if not local:
-            parser.error("--max-seq-length and --max-predictions-per-seq go with local text "
+            flags.error("--max-seq-length and --max-predictions-per-seq go with local text "
                          "(MLPerf's data is 512 tokens, 76 predictions)")  # fmt: skip
         if args.max_seq_length and not 16 <= args.max_seq_length <= params.max_seq_length:
-            parser.error(f"--max-seq-length {args.max_seq_length}: expected 16 to {params.max_seq_length}")
+            flags.error(f"--max-seq-length {args.max_seq_length}: expected 16 to {params.max_seq_length}")
         params = dataclasses.replace(
             params,
             max_seq_length=args.max_seq_length or params.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq or params.max_predictions_per_seq,
         )
     if local and args.skip_download:
-        parser.error(
+        flags.error(
             "--skip-download is for MLCommons' inputs; local text (--wiki-dump, --text-dir) downloads nothing"
         )
     return Config(
@@ -499,10 +469,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         eval_samples=args.eval_samples,
         eval_articles=args.eval_articles,
         jobs=args.jobs,
-        metadata_url=args.metadata_url.rstrip("/"),
-        r2_downloader=Path(os.environ["R2_DOWNLOADER"]).resolve()
-        if os.environ.get("R2_DOWNLOADER")
-        else None,
+        metadata_url=(args.metadata_url or download.MLCOMMONS_METADATA).rstrip("/"),
+        r2_downloader=Path(os.environ[r2.ENV]).resolve() if os.environ.get(r2.ENV) else None,
         keep_work=args.keep_work,
         disk_check=not args.no_disk_check,
         kill_after=args.debug_kill_after,

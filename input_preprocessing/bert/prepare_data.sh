@@ -14,9 +14,15 @@ if ! command -v "${python}" >/dev/null 2>&1; then
   echo "prepare_data.sh: Python interpreter '${python}' not found (set PYTHON)" >&2
   exit 2
 fi
+export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
+for arg in "$@"; do
+  if [[ ${arg} == -h || ${arg} == --help ]]; then  # the flags alone: standard library only
+    exec "${python}" -m input_preprocessing.bert.flags "$@"
+  fi
+done
 if ! "${python}" -c 'import h5py, numpy' 2>/dev/null; then
   echo "prepare_data.sh: ${python} lacks h5py or numpy (pip install -r requirements.txt, or set PYTHON)" >&2
   exit 2
 fi
 
-exec env PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}" "${python}" -m input_preprocessing.bert.prepare "$@"
+exec "${python}" -m input_preprocessing.bert.prepare "$@"

@@ -8,8 +8,10 @@ masked CRC32C), with the empty key holding the `BundleHeaderProto`; `PREFIX.data
 raw little-endian tensor bytes. This module parses both (table footer, index block, data blocks with prefix
 compressed keys, protobuf varints) and checks every tensor's CRC32C, as TensorFlow's reader does.
 
-Naming. The output uses Hugging Face `BertForPreTraining` state-dict keys; TF dense kernels ([in, out])
-are transposed (T) to torch `Linear` weights ([out, in]). Below, L stands for `bert/encoder/layer_N/` on
+Naming. The output uses the state-dict keys of NVIDIA's `BertForPretraining` (its MLPerf implementation's
+modeling.py), which are Hugging Face's `BertForPreTraining` keys less `cls.predictions.decoder.bias` (NVIDIA's
+decoder has no bias: `cls.predictions.bias` is the output bias); TF dense kernels ([in, out]) are transposed
+(T) to torch `Linear` weights ([out, in]). Below, L stands for `bert/encoder/layer_N/` on
 the TF side and `bert.encoder.layer.N.` on the PyTorch side.
 
     TF variable                                     PyTorch key                                         op
@@ -26,13 +28,16 @@ the TF side and `bert.encoder.layer.N.` on the PyTorch side.
     bert/pooler/dense/{kernel,bias}                 bert.pooler.dense.{weight,bias}                     T
     cls/predictions/transform/dense/{kernel,bias}   cls.predictions.transform.dense.{weight,bias}       T
     cls/predictions/transform/LayerNorm/{gamma,beta}  cls.predictions.transform.LayerNorm.{weight,bias}
-    cls/predictions/output_bias                     cls.predictions.bias, cls.predictions.decoder.bias
+    cls/predictions/output_bias                     cls.predictions.bias
     (tied to bert/embeddings/word_embeddings)       cls.predictions.decoder.weight
     cls/seq_relationship/output_weights [2, hidden] cls.seq_relationship.weight (already [out, in])
     cls/seq_relationship/output_bias                cls.seq_relationship.bias
 
 Everything else in the checkpoint (the optimizer's `adam_m`/`adam_v` slots, `global_step`) is skipped.
-The output is `torch.save` of a plain dict of float32 tensors, loadable with `load_state_dict`.
+`save_torch` writes the file as NVIDIA's convert_tf_checkpoint.py writes it, so that its trainer reads it
+(`torch.load(...)["model"]`, loaded strictly): `torch.save({"model": state_dict})` of float32 tensors, the
+vocabulary rows (the embeddings, the decoder weight tied to them, the output bias) padded with zeros to a
+multiple of 8. This toolkit's trainer reads that and a plain state dict, keeping the vocabulary's rows.
 """
 
 import argparse
@@ -45,6 +50,14 @@ from pathlib import Path
 
 import numpy as np
 
+# The tensors with a row per vocabulary entry, and the multiple NVIDIA's convert_tf_checkpoint.py and
+# run_pretraining.py pad the vocabulary to (30,522 -> 30,528).
+VOCAB_TENSORS = (
+    "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.weight",
+    "cls.predictions.bias",
+)
+VOCAB_MULTIPLE = 8
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_BYTES = 48
 
@@ -393,8 +406,6 @@ def convert(prefix: Path, bert_config: dict | None = None) -> dict[str, np.ndarr
     if "bert.embeddings.word_embeddings.weight" not in out:
         raise CheckpointError(f"{prefix}: no bert/embeddings/word_embeddings; is this a BERT checkpoint?")
     out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
-    if "cls.predictions.bias" in out:
-        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
     if bert_config is not None:
         problems = []
         for key, shape in expected_shapes(bert_config).items():
@@ -408,6 +419,8 @@ def convert(prefix: Path, bert_config: dict | None = None) -> dict[str, np.ndarr
 
 
 def save_torch(state: dict[str, np.ndarray], path: Path) -> None:
+    """Write `state` (from `convert`) to `path` as NVIDIA's converter does: `{"model": state_dict}`, the
+    vocabulary rows padded with zeros to a multiple of VOCAB_MULTIPLE."""
     import torch
 
     from training.common.files import atomic_path
@@ -416,15 +429,22 @@ def save_torch(state: dict[str, np.ndarray], path: Path) -> None:
     for key, value in state.items():
         # Tied weights share one tensor, as in the model itself.
         same = next((tensors[k] for k in tensors if state[k] is value), None)
-        tensors[key] = same if same is not None else torch.from_numpy(value)
+        if same is not None:
+            tensors[key] = same
+            continue
+        tensor = torch.from_numpy(value)
+        pad = -len(tensor) % VOCAB_MULTIPLE if key in VOCAB_TENSORS else 0
+        tensors[key] = torch.cat([tensor, tensor.new_zeros((pad, *tensor.shape[1:]))]) if pad else tensor
     with atomic_path(path) as tmp:
-        torch.save(tensors, tmp)
+        torch.save({"model": tensors}, tmp)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", type=Path, help="TF1 checkpoint prefix, e.g. phase1/model.ckpt-28252")
-    parser.add_argument("output", type=Path, help="where to write the PyTorch state dict (.pt)")
+    parser.add_argument(
+        "output", type=Path, help='where to write the PyTorch checkpoint (.pt, {"model": ...})'
+    )
     parser.add_argument("--bert-config", type=Path, help="bert_config.json to check shapes against")
     args = parser.parse_args(argv)
     try:

@@ -100,13 +100,15 @@ def log(message: str) -> None:
 
 
 def check_free_disk(folder: Path, needed: int, what: str) -> None:
-    """Fail before starting if `folder`'s file system has less than `needed` bytes free."""
+    """Fail before starting if `folder`'s file system has less than `needed` bytes free; the message names
+    the folder, the free and the needed bytes."""
     probe = folder
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < needed:
         raise PrepError(
-            f"not enough free disk under {folder}: {free / GIB:.1f} GiB free, about {needed / GIB:.1f} GiB "
-            f"needed ({what}); free some space, choose another --outputdir, or pass --no-disk-check"
+            f"not enough free disk under {folder}: {free:,} bytes free ({free / GIB:.1f} GiB), about "
+            f"{needed:,} bytes needed ({needed / GIB:.1f} GiB) for {what}; free some space, choose another "
+            "--outputdir, or pass --no-disk-check"
         )

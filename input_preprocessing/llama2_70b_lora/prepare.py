@@ -1,25 +1,15 @@
-"""Llama 2 70B LoRA data and model preparation (what `prepare_data.sh` runs in the llama70b image).
-
-    ./input_preprocessing/prepare_data.sh --outputdir /data               # GovReport + Llama 2 70B (HF_TOKEN)
-    ./input_preprocessing/prepare_data.sh --outputdir /data --sample --seq-len 256  # the CPU default's data
-
-Full: the MLCommons GovReport set from Hugging Face (the parquet revision AMD and NVIDIA pin, checked with
-AMD's md5) into OUTPUTDIR/data/{train,validation}.npy (checked with AMD's md5; NVIDIA's sizes), and the
-Llama 2 70B safetensors shards, config and tokenizer into OUTPUTDIR/model (each file checked against the
-Hub's size and sha256). About 139 GB; free space is checked first. Gated weights: export HF_TOKEN from an
-account that accepted Meta's licence at https://huggingface.co/meta-llama/Llama-2-70b-hf. Downloads resume;
-what is already there and verified is skipped (a re-run of a finished folder downloads nothing).
-Sample: see `sample.py`. Then: export DATADIR=OUTPUTDIR.
+"""Llama 2 70B LoRA data and model preparation (what `prepare_data.sh` runs in the llama70b image). Its flags
+and usage are `flags.py` (standard library only, so that --help needs no data library).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from input_preprocessing.common.runtime import GIB, PrepError, check_free_disk, log, remove_stale_tmp
 from input_preprocessing.llama2_70b_lora import govreport, hub, layout, model, verify
+from input_preprocessing.llama2_70b_lora.flags import parser
 
 DISK_MARGIN = GIB
 
@@ -68,33 +58,12 @@ def prepare_full(outputdir: Path, model_revision: str = "main", disk_check: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="prepare_data.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--outputdir", type=Path, required=True, help="gets data/ and model/ (the run's DATADIR)"
-    )
-    parser.add_argument(
-        "--sample", action="store_true", help="the CPU default's data from the bundled excerpt"
-    )
-    parser.add_argument("--seq-len", type=int, help="--sample: tokens per packed row (default 8192)")
-    parser.add_argument(
-        "--tokenizer", type=Path, help="--sample: a Hugging Face tokenizer folder (default: trained)"
-    )
-    parser.add_argument(
-        "--one-per-row", action="store_true", help="--sample: one example a row, padded, as GovReport's rows"
-    )
-    parser.add_argument("--model-revision", default="main", help="the Llama 2 70B revision (default: main)")
-    parser.add_argument("--no-disk-check", action="store_true", help="skip the free-space check")
-    parser.add_argument(
-        "--base-steps", type=int, default=300,
-        help="--sample: pretraining steps of the tiny base model written to model/ (0: none)",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
+    flags = parser()
+    args = flags.parse_args(argv)
     if args.base_steps < 0:
-        parser.error(f"--base-steps {args.base_steps}: expected a count >= 0")
+        flags.error(f"--base-steps {args.base_steps}: expected a count >= 0")
     if not args.sample and (args.seq_len is not None or args.tokenizer is not None or args.one_per_row):
-        parser.error("--seq-len, --tokenizer and --one-per-row go with --sample (the MLCommons set is fixed)")
+        flags.error("--seq-len, --tokenizer and --one-per-row go with --sample (the MLCommons set is fixed)")
     outputdir = args.outputdir.resolve()
     try:
         if args.sample:

@@ -12,4 +12,10 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
 export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
-exec "${PYTHON:-python3}" -m input_preprocessing.llama2_70b_lora.prepare "$@"
+module=input_preprocessing.llama2_70b_lora.prepare
+for arg in "$@"; do
+  if [[ ${arg} == -h || ${arg} == --help ]]; then
+    module=input_preprocessing.llama2_70b_lora.flags  # the flags alone: standard library only
+  fi
+done
+exec "${PYTHON:-python3}" -m "${module}" "$@"

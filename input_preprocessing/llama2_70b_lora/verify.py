@@ -282,8 +282,29 @@ def check_model(model_dir: Path, meta: dict, full: bool) -> list[str]:
     return problems + check_weights(model_dir, set(recorded), expected)
 
 
+def nemo_checkpoint_problem(model_dir: Path) -> str | None:
+    """One line naming the command that gets the Hugging Face safetensors, when `model_dir` holds AMD's NeMo
+    checkpoint instead (its prepare_data_and_model.sh leaves model_weights/ and model_config.yaml, v5.0 also
+    llama2-70b.nemo); None otherwise. The same line as training/llama2_70b_lora/preflight.py's."""
+    hf = (model_dir / "model.safetensors.index.json").is_file() or (model_dir / "model.safetensors").is_file()
+    marks = ["model_weights/"] if (model_dir / "model_weights").is_dir() else []
+    marks += sorted(p.name for p in (*model_dir.glob("*.nemo"), *model_dir.glob("model_config.yaml")))
+    if hf or not marks:
+        return None
+    command = "HF_TOKEN=... ./input_preprocessing/llama2_70b_lora/prepare_data.sh"
+    return (
+        f"{model_dir} holds AMD's NeMo checkpoint ({', '.join(marks)}), not the Hugging Face safetensors "
+        f"this toolkit reads: get them with {command} --outputdir {model_dir.parent} (writes "
+        f"{model_dir.parent / 'model'}, keeps the data beside it)"
+    )
+
+
 def verify(datadir: Path, full: bool = False) -> list[str]:
-    """Every problem with DATADIR (empty: fine)."""
+    """Every problem with DATADIR (empty: fine); only one, naming the command to run, when its model folder
+    holds AMD's NeMo checkpoint."""
+    nemo = nemo_checkpoint_problem(datadir / "model")
+    if nemo:
+        return [nemo]
     data_dir = datadir / "data"
     if not data_dir.is_dir():
         hint = " (DATADIR is the folder holding data/ and model/)" if (datadir / "train.npy").exists() else ""

@@ -4,23 +4,20 @@
 #   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/mlperf_llama31_8b   # MLCommons' C4 + tokenizer
 #   ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir /data/llama_demo --sample # the CPU demo's data
 #
-# Full: MLCommons' preprocessed C4 (c4-train.en_6 and the 91,205-document validation file, about 80 GB) into
-# OUTPUTDIR/data and the Llama 3.1 tokenizer into OUTPUTDIR/model, with MLCommons' R2 downloader exactly as
-# AMD's reproduction blog runs it:
-#   bash <(curl -s https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh) \
-#     -d data https://training.mlcommons-storage.org/metadata/llama-3-1-8b-preprocessed-c4-dataset.uri
-#   bash <(curl -s ...same...) -d model https://training.mlcommons-storage.org/metadata/llama-3-1-8b-tokenizer.uri
-# (the script is fetched to a file first, so a failed fetch stops here instead of running an empty script).
-# The downloader resumes partial files (wget --continue) and checks every file against the bucket's MD5 list;
-# afterwards verify.py checks the structure and re-checks the MD5s (cached, so a re-run is quick). A re-run
-# whose data already verifies downloads nothing. Then: export DATADIR=OUTPUTDIR/data.
+# Full: MLCommons' preprocessed C4 (c4-train.en_6 and the 91,205-document validation file, 85.1 GB) into
+# OUTPUTDIR/data and MLCommons' Llama 3.1 8B tokenizer dataset into OUTPUTDIR/model (about 32 GB: besides the
+# tokenizer it holds the 8B weights, twice), with MLCommons' R2 downloader exactly as AMD's reproduction
+# blog runs it, but from a pinned commit of the script (input_preprocessing/common/r2.py) instead of main:
+#   bash mlc-r2-downloader.sh -d data https://training.mlcommons-storage.org/metadata/llama-3-1-8b-preprocessed-c4-dataset.uri
+#   bash mlc-r2-downloader.sh -d model https://training.mlcommons-storage.org/metadata/llama-3-1-8b-tokenizer.uri
+# Before anything is fetched the free disk is checked against what is still to come (about 117 GB for a
+# first run; --no-disk-check skips it). The downloader resumes partial files (wget --continue) and checks every
+# file against the bucket's MD5 list; afterwards verify.py checks the structure and re-checks the MD5s (cached,
+# so a re-run is quick). A re-run whose data already verifies downloads nothing. Then: export DATADIR=OUTPUTDIR/data.
 # Sample: the bundled Wikipedia excerpt as a C4-like indexed dataset with a small BPE tokenizer (seconds).
 # R2_DOWNLOADER=/path/to/mlc-r2-downloader.sh uses a local copy of the downloader (tests, air-gapped mirrors).
 set -euo pipefail
 
-R2_DOWNLOADER_URL=https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh
-DATASET_URI=${DATASET_URI:-https://training.mlcommons-storage.org/metadata/llama-3-1-8b-preprocessed-c4-dataset.uri}
-TOKENIZER_URI=${TOKENIZER_URI:-https://training.mlcommons-storage.org/metadata/llama-3-1-8b-tokenizer.uri}
 PYTHON=${PYTHON:-python3}
 
 usage() {
@@ -28,12 +25,13 @@ usage() {
   exit "${1:-0}"
 }
 
-outputdir="" sample=0
+outputdir="" sample=0 download_flags=()
 while (($#)); do
   case $1 in
     --outputdir) outputdir=${2:?--outputdir needs a folder}; shift 2 ;;
     --outputdir=*) outputdir=${1#*=}; shift ;;
     --sample) sample=1; shift ;;
+    --no-disk-check) download_flags+=(--no-disk-check); shift ;;
     -h | --help) usage 0 ;;
     *) echo "prepare_data.sh: unknown argument $1" >&2; usage 2 ;;
   esac
@@ -55,16 +53,7 @@ verify=("${PYTHON}" -m input_preprocessing.llama31_8b.verify --datadir "${output
 if "${verify[@]}" >/dev/null 2>&1; then
   echo "prepare_data.sh: ${outputdir}/data already verified; nothing to download"
 else
-  downloader=${R2_DOWNLOADER:-}
-  if [[ -z ${downloader} ]]; then
-    tmpdir=$(mktemp -d)
-    trap 'rm -rf "${tmpdir}"' EXIT
-    downloader=${tmpdir}/mlc-r2-downloader.sh
-    curl -fsSL --retry 3 -o "${downloader}" "${R2_DOWNLOADER_URL}"
-  fi
-  cd "${outputdir}"
-  bash "${downloader}" -d data "${DATASET_URI}"
-  bash "${downloader}" -d model "${TOKENIZER_URI}"
+  "${PYTHON}" -m input_preprocessing.llama31_8b.download --outputdir "${outputdir}" "${download_flags[@]}"
 fi
 "${verify[@]}"
 echo "prepare_data.sh: C4 ready; export DATADIR=${outputdir}/data"

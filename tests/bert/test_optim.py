@@ -65,5 +65,13 @@ def test_poly_decay_without_warmup(step, expected):
 def test_linear_warmup_then_decay():
     lr = [poly_warmup_lr(s, 1.0, total_steps=100, warmup_steps=10) for s in (0, 5, 10, 55)]
     assert lr == pytest.approx([0.0, 0.5, 0.9, 0.45])
-    # start_warmup_step < 0 (NVIDIA's multi-node configs) starts the run part-way through warmup
-    assert poly_warmup_lr(0, 1.0, 100, warmup_steps=20, start_warmup_step=-10) == pytest.approx(0.5)
+    # start_warmup_step < 0 (NVIDIA's multi-node configs) starts the run part-way through warmup; NVIDIA's
+    # scheduler then counts the first step as 1 (its offset_step is 0 unless the warm-up starts at 0)
+    assert poly_warmup_lr(0, 1.0, 100, warmup_steps=20, start_warmup_step=-10) == pytest.approx(0.55)
+    # NVIDIA v4.0's 8 x 8 H100 config: -200000 of 200330 steps; the first step at (200000 + 1) / 200330
+    lr = [
+        poly_warmup_lr(s, 2.58e-3, 700, warmup_steps=200330, start_warmup_step=-200000) for s in (0, 329, 330)
+    ]
+    assert lr == pytest.approx(
+        [2.58e-3 * 200001 / 200330, 2.58e-3 * (1 - 330 / 700), 2.58e-3 * (1 - 331 / 700)]
+    )

@@ -1,6 +1,7 @@
 """The trainer as a process, on synthetic data: a NaN loss (here from a corrupt checkpoint) ends the run
 `aborted` with a message naming it, and the MLLOG log is still complete."""
 
+import itertools
 import json
 import os
 import re
@@ -14,9 +15,11 @@ import torch
 
 from tests.bert.synthetic import TINY
 from tests.bert.test_model import to_hf
+from training.bert import data
 from training.bert.model import BertForPackedPretraining, BertShape
 from training.common import outcome
 from training.common.outcome import Outcome
+from training.scoring.compliance import check_compliance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,7 +61,7 @@ def test_missing_data_is_a_named_error(tmp_path):
 
 
 def test_a_data_error_reaches_the_verdict_through_torchrun(bert_data, tmp_path):
-    """Issue 19, item 3: torchrun exits 1 for any failed worker; the outcome file says what failed."""
+    """torchrun exits 1 for any failed worker; the outcome file says what failed."""
     datadir = tmp_path / "data"
     shutil.copytree(bert_data, datadir)
     for shard in (datadir / "hdf5" / "packed_data").glob("part_*"):
@@ -93,3 +96,46 @@ def test_fp8_swaps_the_encoder_linears_and_trains(bert_data, backend, residual, 
     assert events["backend_fp8"].startswith(description) and swapped in events["backend_fp8"]
     assert ("MLPs fused" in events["backend_fp8"]) == (description == "native FP8")
     assert "non-finite" not in proc.stderr and 0 <= events["eval_accuracy"] <= 1
+
+
+def sequences_trained(datadir: Path, seed: int, steps: int) -> list[int]:
+    """The sequences in the packed rows of steps 1..`steps` of a one-process run of BATCHSIZE 4, counted
+    step by step (cumulative): the trainer's own data order, read again."""
+    shards = data.list_shards(datadir / "hdf5" / "packed_data")
+    batches = data.train_batches(shards, 0, 1, 4, 512, seed)
+    return list(itertools.accumulate(next(batches).num_sequences for _ in range(steps)))
+
+
+def test_the_run_stops_at_max_steps_and_counts_the_packed_sequences(bert_data, tmp_path):
+    """As NVIDIA's run_pretraining.py: the run ends `aborted` after MAX_STEPS (5), long before
+    MAX_SAMPLES_TERMINATION (here 20 steps of GBS 8); it evaluates at the scheduled steps only (2, 4, ...),
+    so not at its last step (NVIDIA's H100 config: last evaluation at step 3,516, stop at 3,680; an
+    evaluation at the last step when it is scheduled: tests/test_mlperf_loop.py). Every sample count in
+    the log is the sequences of the packed rows trained on (NVIDIA: 150,369 after 196 steps of 768), not
+    steps x GBS. The compliance checker's one complaint is the one every run short of its target gets."""
+    proc = run_train(bert_data, INIT_CHECKPOINT="none", MAX_STEPS="5", LOG_FREQ="1", SEED="1",
+                     MAX_SAMPLES_TERMINATION="160", EVAL_ITER_START_SAMPLES="16", EVAL_ITER_SAMPLES="16",
+                     TARGET_MLM_ACCURACY="0.99")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    steps = [int(m) for m in re.findall(r"^step (\d+) samples", proc.stdout, re.M)]
+    assert steps == [1, 2, 3, 4, 5]
+    events = mllog(proc.stdout)
+    logged = {e["key"]: e for e in events}
+    seed = logged["seed"]["value"]
+    counts = sequences_trained(bert_data, seed, 5)
+    assert [counts[1], counts[3], counts[-1]] != [16, 32, 40]  # (seed 1: tells the counts apart)
+    evals = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"]
+    assert evals == [counts[1], counts[3]]  # after steps 2 and 4, not after 5
+    assert logged["epoch_stop"]["metadata"]["epoch_num"] == logged["train_samples"]["value"] == counts[-1]
+    assert logged["run_stop"]["metadata"] == {**logged["run_stop"]["metadata"], "status": "aborted"}
+    assert logged["opt_learning_rate_training_steps"]["value"] == 5.0  # a float, as NVIDIA logs it
+    assert logged["opt_epsilon"]["value"] == logged["opt_lamb_epsilon"]["value"] == 1e-6
+    assert logged["opt_epsilon"]["metadata"]["file"] == "training/bert/train.py"  # the line that logged it
+    assert logged["block_start"]["metadata"]["first_epoch_num"] == 1 and "epoch_start" in logged
+    log = tmp_path / "bert.log"
+    log.write_text(proc.stdout)
+    ok, lines = check_compliance(log, write_report=False)
+    failed = [line.split(" - ", 1)[1].strip() for line in lines if "Failed checks" in line]
+    assert not ok and failed == [
+        "Failed checks for eval_accuracy : (v['value'] >= 0.99) and v['value'] < 1.0"
+    ]

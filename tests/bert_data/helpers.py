@@ -11,7 +11,8 @@ import h5py
 import numpy as np
 
 from input_preprocessing.bert import wiki
-from input_preprocessing.bert.prepare import SAMPLE_DIR, main
+from input_preprocessing.bert.flags import SAMPLE_DIR
+from input_preprocessing.bert.prepare import main
 
 REPO = Path(__file__).resolve().parents[2]
 DUMP = SAMPLE_DIR / "enwiki_sample.xml.bz2"

@@ -251,9 +251,19 @@ def test_verify_identical_shards(tmp_path, packed_run):
     assert any("part_00003: identical to hdf5/packed_data/part_00000" in p for p in problems), problems
 
 
-def test_verify_without_manifest(tmp_path):
-    (problem,) = verify(tmp_path)
-    assert problem.startswith(f"{tmp_path / 'manifest.json'}: missing")
+def test_verify_without_manifest_checks_their_layout(tmp_path):
+    """A folder without a manifest is read as AMD's or NVIDIA's scripts lay it out (tests in
+    test_their_layouts.py): an empty one lacks everything."""
+    problems = verify(tmp_path)
+    assert problems[:2] == [
+        f"missing: {tmp_path / 'phase1' / 'bert_config.json'}",
+        f"missing: {tmp_path / 'phase1' / 'model.ckpt-28252.pt'} (the converted phase-1 checkpoint)",
+    ]
+    assert problems[2].startswith("no packed training shards: neither ")
+    assert (
+        problems[3]
+        == f"missing: {tmp_path / 'hdf5/eval_varlength/part_eval_10k.hdf5'} (the 10,000-sample eval set)"
+    )
 
 
 def test_demo_command_on_the_wikipedia_sample(tmp_path):

@@ -15,6 +15,7 @@ from input_preprocessing.bert.tf_checkpoint import (
     crc32c,
     expected_shapes,
     main,
+    save_torch,
 )
 from tests.bert_data.helpers import REPO
 
@@ -72,23 +73,21 @@ def test_conversion_maps_names_and_transposes_kernels(expected, config):
         state["cls.predictions.transform.dense.weight"], tf["cls/predictions/transform/dense/kernel"].T
     )
     assert np.array_equal(state["cls.predictions.bias"], tf["cls/predictions/output_bias"])
-    assert np.array_equal(state["cls.predictions.decoder.bias"], tf["cls/predictions/output_bias"])
     assert np.array_equal(state["cls.predictions.decoder.weight"], tf["bert/embeddings/word_embeddings"])
     assert np.array_equal(state["cls.seq_relationship.weight"], tf["cls/seq_relationship/output_weights"])
     assert np.array_equal(state["cls.seq_relationship.bias"], tf["cls/seq_relationship/output_bias"])
-    # Everything the model has, nothing else (optimizer slots and global_step are dropped).
-    model_keys = set(expected_shapes(config)) | {
-        "cls.predictions.decoder.weight",
-        "cls.predictions.decoder.bias",
-    }
-    assert set(state) == model_keys
+    # Everything NVIDIA's BertForPretraining has, nothing else (optimizer slots and global_step are dropped;
+    # its decoder has no bias of its own).
+    assert set(state) == set(expected_shapes(config)) | {"cls.predictions.decoder.weight"}
     assert all(v.dtype == np.float32 for v in state.values())
 
 
-def test_command_line_writes_a_torch_state_dict(tmp_path, expected, config):
+def test_command_line_writes_nvidias_checkpoint_format(tmp_path, expected, config):
     out = tmp_path / "model.pt"
     assert main([str(PREFIX), str(out), "--bert-config", str(DATA / "tf1_bert_tiny_config.json")]) == 0
-    state = torch.load(out)
+    saved = torch.load(out, weights_only=True)
+    assert list(saved) == ["model"]  # NVIDIA's convert_tf_checkpoint.py: torch.save({"model": state_dict})
+    state = saved["model"]
     assert (
         state["cls.predictions.decoder.weight"].data_ptr()
         == state["bert.embeddings.word_embeddings.weight"].data_ptr()
@@ -97,6 +96,36 @@ def test_command_line_writes_a_torch_state_dict(tmp_path, expected, config):
     assert weight.shape == (16, 8) and torch.equal(
         weight, torch.from_numpy(expected["bert/encoder/layer_0/intermediate/dense/kernel"].T.copy())
     )
+
+
+def test_the_vocabulary_is_padded_as_nvidias_converter_pads_it_and_both_readers_agree(tmp_path, config):
+    """A vocabulary of 21 (not a multiple of 8) is written as 24 rows, the 3 added ones zero, the decoder
+    still tied to the embeddings; this toolkit's trainer reads that file and a plain state dict alike."""
+    from training.bert.model import BertForPackedPretraining, BertShape, load_pretrained
+
+    state = convert(PREFIX, config)
+    for key in ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias"):
+        state[key] = np.ascontiguousarray(state[key][:21])
+    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+    save_torch(state, tmp_path / "nvidia.pt")
+    saved = torch.load(tmp_path / "nvidia.pt", weights_only=True)["model"]
+    embeddings, bias = saved["bert.embeddings.word_embeddings.weight"], saved["cls.predictions.bias"]
+    assert embeddings.shape == (24, 8) and bias.shape == (24,)
+    assert not embeddings[21:].any() and not bias[21:].any()
+    assert torch.equal(embeddings[:21], torch.from_numpy(state["bert.embeddings.word_embeddings.weight"]))
+    assert saved["cls.predictions.decoder.weight"].data_ptr() == embeddings.data_ptr()
+
+    plain = {k: torch.from_numpy(v) for k, v in state.items()}  # what this toolkit wrote before
+    torch.save(plain, tmp_path / "plain.pt")
+    shape = BertShape(vocab_size=21, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=16, max_position_embeddings=16)  # fmt: skip
+    loaded = []
+    for name in ("nvidia.pt", "plain.pt"):
+        model = BertForPackedPretraining(shape)
+        assert load_pretrained(model, tmp_path / name) == len(model.state_dict())
+        loaded.append(model.state_dict())
+    assert all(torch.equal(loaded[0][k], loaded[1][k]) for k in loaded[0])
+    assert torch.equal(loaded[0]["embeddings.word_embeddings.weight"], embeddings[:21])
 
 
 def test_a_config_that_does_not_match_is_an_error(config):

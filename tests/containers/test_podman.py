@@ -1,5 +1,5 @@
 """run_with_docker.sh against a real engine: podman (and podman as `docker`), running Dockerfile.bert's image
-built here, on the small default. Slow: the first session on a fresh machine builds the base image (a few
+built here, on the small default. Slow: the first run on a fresh machine builds the base image (a few
 minutes), later ones reuse it; each training run takes seconds to a minute on 2 cores."""
 
 from __future__ import annotations
@@ -105,14 +105,15 @@ def test_end_to_end_nexp_2(podman_env, bert_image, small, tmp_path):
 
 def test_failed_run_through_docker_shim_still_removes_the_container(podman_env, bert_image, small, tmp_path):
     values = config_values(small.derive(tmp_path, 1, 1))
-    # Stops at its first eval below an unreachable target: a quick "not converged" run (exit 1).
+    # One eval below an unreachable target (evaluations are scheduled below MAX_SAMPLES_TERMINATION), the
+    # sample limit a step later: a quick "not converged" run (exit 1).
     config = small.derive(
         tmp_path,
         1,
         1,
         "_unreachable",
         TARGET_MLM_ACCURACY="0.99",
-        MAX_SAMPLES_TERMINATION=values["EVAL_ITER_START_SAMPLES"],
+        MAX_SAMPLES_TERMINATION=str(int(values["EVAL_ITER_START_SAMPLES"]) + 1),
     )
     env = launch_env(podman_env, tmp_path, bert_image, config, small.datadir, NEXP="1")
     docker_shim(tmp_path, env)

@@ -1,4 +1,4 @@
-"""The config the user sourced is the config that runs (issue 19, item 1): its names are those the file the
+"""The config the user sourced is the config that runs: its names are those the file the
 user sourced exports, never a repository file that happens to share its name. The launchers find them by
 sourcing it again in subshells (scripts/run_common.sh: config_names), with the user's values and from an empty
 environment; what they pass on is this shell's values, never those of the second sourcing."""

@@ -1,4 +1,4 @@
-"""What a run shows on the console (training.common.console, issue 35): progress and evaluation lines for the
+"""What a run shows on the console (training.common.console): progress and evaluation lines for the
 :::MLLOG lines, a failed worker's own error without torchrun's report after it; the log keeps every line."""
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def test_mllog_lines_become_progress_and_evaluation_lines():
         mllog("opt_learning_rate_training_steps", 192),
         mllog("target_accuracy", 5.68),
         "lora: optimizer: AdamW (foreach), the adapters only\n",
+        "lora: sample limit 1536 (192 steps of 8 samples)\n",
         mllog("run_start", time_ms=1_000_000),
         "step 50 samples 400 loss 5.5420 lr 1.272e-02 grad_norm 0.8325\n",
         mllog("eval_accuracy", 5.6482, time_ms=1_016_000, samples_count=512),
@@ -72,12 +73,31 @@ def test_mllog_lines_become_progress_and_evaluation_lines():
     ]
     assert shown(run, times=[1_010.0]) == [
         "lora: optimizer: AdamW (foreach), the adapters only",
+        "lora: sample limit 1536 (192 steps of 8 samples)",
         "step 50 | 400 samples | loss 5.5420 | 40.0 samples/s | 0:00:28 left to the sample limit (1,536)",
         "eval at 512 samples: eval loss 5.6482 (target 5.68) | 32.0 samples/s | 0:00:32 left to the sample "
         "limit (1,536)",
         "run_stop: success at 512 samples, 0:00:17 after run_start",
         "RESULT,llama2_70b_lora,,26,reproduction,2026-11-27 02:53:40 AM",
     ]
+
+
+def test_the_time_left_counts_to_the_limit_the_trainer_said_not_the_lr_horizon():
+    """MAX_SAMPLES_TERMINATION=8192 on Llama 3.1 8B: max_steps (1,200,000) x GBS 8 is the cosine's horizon,
+    9,600,000 samples; the run stops at 8,192. Without the trainer's line no limit is guessed."""
+    run = [
+        mllog("submission_benchmark", "llama31_8b"),
+        mllog("global_batch_size", 8),
+        mllog("max_steps", 1_200_000),
+        "llama31_8b: sample limit 8192 (1024 steps of 8 samples)\n",
+        mllog("run_start", time_ms=1_000_000),
+        "step 100 samples 800 loss 9.1000 lr 1.000e-04\n",
+    ]
+    assert shown(run, times=[1_010.0])[-1] == (
+        "step 100 | 800 samples | loss 9.1000 | 80.0 samples/s | 0:01:32 left to the sample limit (8,192)"
+    )
+    without = [line for line in run if "sample limit" not in line]
+    assert shown(without, times=[1_010.0])[-1] == "step 100 | 800 samples | loss 9.1000 | 80.0 samples/s"
 
 
 def test_bert_s_samples_are_its_epoch_num():

@@ -1,6 +1,6 @@
 """Every script a user may call answers -h/--help with its usage and changes nothing, and refuses an argument
-it does not know before anything is written (issue 35). `runtime_tunables.sh --help` as root once took --help
-for its log folder and retuned the kernel.
+it does not know before anything is written: `runtime_tunables.sh --help` as root must not take --help for
+its log folder and retune the kernel.
 
 Each script runs in the worst case: a shell where the config is sourced and everything is set, so that a
 script that ignored its arguments would go on and run (with the launcher tests' fakes: a fake /proc + /sys

@@ -1,4 +1,4 @@
-"""The host is left as it was found (issue 19, item 8): the launchers put back every kernel setting that
+"""The host is left as it was found: the launchers put back every kernel setting that
 runtime_tunables.sh changed, at the end of the runs and when stopped by a signal, and leave the host alone for
 the CPU-sized demo configs. Each test tunes a fake /proc + /sys tree (TUNABLES_ROOT), never this host."""
 
@@ -101,7 +101,7 @@ def test_a_cpu_demo_config_leaves_the_host_alone(launch, host):
 
 def test_what_a_cpu_demo_run_does_to_the_host_is_said_exactly(launch, host):
     """It changes no kernel setting, and it does drop the page cache: said as such, not "this host is left as
-    it is" followed by sysctl's `vm.drop_caches = 3` (issue 35)."""
+    it is" followed by sysctl's `vm.drop_caches = 3`."""
     config = launch.tmp / "config_TEST_1x2x4.sh"
     config.write_text(config.read_text() + "export CPU_DEMO=1\n")
     result = launch.run(DROPCACHE_CMD="echo vm.drop_caches=3")  # sysctl's own echo

@@ -1,4 +1,4 @@
-"""A full disk in LOGDIR (issue 19, item 6, the launcher's part): refused before the first run when the
+"""A full disk in LOGDIR, the launcher's part: refused before the first run when the
 space a run writes is not there, and named for what it is when the disk fills during a run."""
 
 import pytest

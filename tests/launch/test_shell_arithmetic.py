@@ -1,4 +1,4 @@
-"""No value from the environment reaches shell arithmetic unvalidated (issue 19, item 7).
+"""No value from the environment reaches shell arithmetic unvalidated.
 
 Bash evaluates a variable's value inside arithmetic as an expression of its own, so `((N == 2))` with
 N='x[$(command)]' runs the command. This lint finds every arithmetic context of the repository's shell files

@@ -1,5 +1,5 @@
 """Values from the environment or a config are checked before they reach arithmetic or a command line
-(issue 19, item 7): a plain whole number, a known word, or a name without characters that change what the
+: a plain whole number, a known word, or a name without characters that change what the
 command means. A value like `x[$(command)]` in shell arithmetic would run the command."""
 
 import pytest

@@ -3,8 +3,9 @@ whether the model is materialized whole or part by part (FP8_WEIGHTS), whatever 
 modules, from scratch and from a checkpoint; a model stored in FP8 computes and learns like the one that
 is not.
 
-Issue 34: with FP8_WEIGHTS=1 the final norm was initialized N(0, 0.02) (its parameter is named `weight` in
-the part, not `norm.weight`) and the embedding drawn after the blocks: every loss was ln(32000)."""
+A part built for FP8_WEIGHTS=1 initializes the final norm as the whole model does (its parameter is named
+`weight` in the part, not `norm.weight`) and draws the embedding before the blocks: otherwise the norm is
+drawn N(0, 0.02) and every loss is ln(32000)."""
 
 from __future__ import annotations
 

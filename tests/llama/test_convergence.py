@@ -1,5 +1,5 @@
 """The local convergence check's tiny form on the CPU: the 8B small default, shortened, 3 seeds each of the
-plain reference and native FP8 (issue 34)."""
+plain reference and native FP8."""
 
 from __future__ import annotations
 

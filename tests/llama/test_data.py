@@ -1,16 +1,20 @@
-"""Indexed-dataset preparation and reading: round trip, training samples, validation windows, step layout."""
+"""Indexed-dataset preparation and reading: round trip, training samples (in NeMo's order for a seed),
+validation windows, step layout."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 
 import numpy as np
 import pytest
+import torch
 
 from input_preprocessing.common.tokenizer import HFTokenizer
 from input_preprocessing.llama31_8b.preprocess import preprocess, read_documents, write_indexed_dataset
 from training.llama31_8b import data
+from training.llama31_8b.config import LlamaPretrainConfig
 
 
 def test_preprocess_round_trip(tmp_path, demo_data):
@@ -80,3 +84,69 @@ def test_each_step_reads_its_global_batch_once_across_ranks():
     assert sorted(seen) == list(range(gbs * steps))
     first_step_rank1 = list(data.StepSampler(gbs, mbs, dp, 1, 2, 1))
     assert first_step_rank1 == [[2, 3], [10, 11]]
+
+
+def nemo_train_dataset(train, valid, seq_length: int, gbs: int, max_steps: int, seed: int, cache):
+    """The training GPTDataset as NeMo 2's PreTrainingDataModule builds it for the MLPerf 8B (AMD's v5.1
+    src/train.py and prepare_data.py, NVIDIA's pretrain.py): paths {"train": ["10", train], "validation":
+    [valid], "test": [valid]}, the run's seed, and the sample counts of its build(): max_steps x GBS for
+    train, (max_steps // val_check_interval + 1) x limit_val_batches x GBS for validation,
+    limit_test_batches x GBS for test, with val_check_interval ceil(12288 / GBS) and limit_val_batches
+    ceil(1024 / GBS) (AMD's)."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    val_check_interval, limit_batches = math.ceil(12288 / gbs), math.ceil(1024 / gbs)
+    sizes = [
+        max_steps * gbs,
+        (max_steps // val_check_interval + 1) * limit_batches * gbs,
+        limit_batches * gbs,
+    ]
+    config = GPTDatasetConfig(
+        random_seed=seed,
+        sequence_length=seq_length,
+        tokenizer=data._TokenIds(4096),  # NeMo passes the HF tokenizer: it names the cache files only
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        create_attention_mask=True,  # NeMo: `create_attention_mask or not HAVE_TE`
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        num_dataset_builder_threads=1,
+        blend_per_split=[
+            get_blend_from_list(["10", str(train)]),
+            get_blend_from_list([str(valid)]),
+            get_blend_from_list([str(valid)]),
+        ],
+    )
+    built, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    return built
+
+
+def test_the_training_order_of_a_seed_is_nemos(tmp_path):
+    """The first 1,000 samples of a seed are those of NeMo's dataset, whatever sample limit the run has:
+    the index holds MAX_STEPS x GBS samples (here many epochs of a small file, as 15 epochs of C4 at GBS 32),
+    and an index built for the samples a sample limit lets the run train would hold fewer epochs and order
+    them otherwise."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 4096, int(n)) for n in rng.integers(5, 200, 300)]
+    write_indexed_dataset(docs, tmp_path / "train", vocab_size=4096)
+    write_indexed_dataset(docs[:40], tmp_path / "valid", vocab_size=4096)
+    env = {"DATADIR": str(tmp_path), "GBS": "2", "MBS": "1", "MAX_LR": "8e-4", "WARMUP_STEPS": "128",
+           "SEQ_LENGTH": "64", "MAX_SAMPLES_TERMINATION": "491520"}  # fmt: skip
+    cfg = LlamaPretrainConfig.from_env(env)
+    assert cfg.index_samples() == 1_200_000 * 2 and cfg.max_train_steps() * cfg.gbs == 491_520
+    ours = data.build_train_dataset(
+        tmp_path / "train", 64, cfg.index_samples(), 1234, tmp_path / "ours", 4096
+    )
+    nemo = nemo_train_dataset(
+        tmp_path / "train", tmp_path / "valid", 64, 2, 1_200_000, 1234, tmp_path / "nemo"
+    )
+    assert ours.shuffle_index[:1000].tolist() == nemo.shuffle_index[:1000].tolist()
+    rows = ours.shuffle_index[:1000]
+    assert ours.sample_index[rows].tolist() == nemo.sample_index[rows].tolist()
+    docs_at = ours.document_index[ours.sample_index[rows, 0]]
+    assert docs_at.tolist() == nemo.document_index[nemo.sample_index[rows, 0]].tolist()
+    assert all(torch.equal(ours[i]["tokens"], nemo[i]["tokens"]) for i in range(1000))
+    capped = data.build_train_dataset(tmp_path / "train", 64, 491_520, 1234, tmp_path / "capped", 4096)
+    assert [capped[i]["tokens"].tolist() for i in range(8)] != [nemo[i]["tokens"].tolist() for i in range(8)]

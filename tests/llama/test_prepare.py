@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from input_preprocessing.common.runtime import PrepError
 from input_preprocessing.llama31_8b import verify
 from input_preprocessing.llama31_8b.preprocess import write_indexed_dataset
 from tests.llama.helpers import ROOT, subprocess_env
@@ -36,12 +38,27 @@ done
 
 
 def md5_list(folder: Path, name: str) -> None:
+    """The dataset's md5 list, and in metadata/ beside it the `.uri` (its base URL) and a copy of the list, as
+    MLCommons' bucket serves them."""
     lines = [
         f"{hashlib.md5(p.read_bytes()).hexdigest()}  ./{p.name}"
         for p in sorted(folder.iterdir())
-        if p.is_file()
+        if p.is_file() and p.suffix != ".md5"
     ]
     (folder / f"{name}.md5").write_text("\n".join(lines) + "\n")
+    (folder.parent / "metadata").mkdir(exist_ok=True)
+    (folder.parent / "metadata" / f"{name}.uri").write_text(folder.as_uri() + "\n")
+    shutil.copyfile(folder / f"{name}.md5", folder.parent / "metadata" / f"{name}.md5")
+
+
+def bucket_env(bucket: Path) -> dict[str, str]:
+    metadata = (bucket / "metadata").as_uri()
+    return {
+        "R2_DOWNLOADER": str(bucket / "downloader.sh"),
+        "FAKE_BUCKET": str(bucket),
+        "DATASET_URI": f"{metadata}/llama-3-1-8b-preprocessed-c4-dataset.uri",
+        "TOKENIZER_URI": f"{metadata}/llama-3-1-8b-tokenizer.uri",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +72,8 @@ def bucket(tmp_path_factory, demo_data) -> Path:
     write_indexed_dataset(
         (rng.integers(0, 128256, 1) for _ in range(verify.VALID_DOCUMENTS)), c4 / verify.VALID_PREFIX, 128256
     )
+    for extra in ("LICENSE.txt", "NOTICE.txt"):  # beside the data, as NVIDIA's expected-mounts-8b.csv lists
+        (c4 / extra).write_text("licence\n")
     md5_list(c4, c4.name)
     tok = root / "llama-3-1-8b-tokenizer"
     tok.mkdir()
@@ -66,9 +85,7 @@ def bucket(tmp_path_factory, demo_data) -> Path:
 
 
 def prepare(out: Path, bucket: Path) -> subprocess.CompletedProcess:
-    env = subprocess_env(
-        R2_DOWNLOADER=str(bucket / "downloader.sh"), FAKE_BUCKET=str(bucket), PYTHON="python3"
-    )
+    env = subprocess_env(**bucket_env(bucket), PYTHON="python3")
     env["PATH"] = f"{Path(__import__('sys').executable).parent}:{env['PATH']}"
     return subprocess.run(
         ["bash", str(PREPARE), "--outputdir", str(out)], capture_output=True, text=True, env=env, timeout=300
@@ -92,8 +109,74 @@ def test_download_verifies_and_a_rerun_downloads_nothing(tmp_path, bucket):
     cache = json.loads((out / "data" / verify.CACHE_NAME).read_text())
     assert set(cache) == {
         f"{p}{e}" for p in (verify.TRAIN_PREFIX, verify.VALID_PREFIX) for e in (".bin", ".idx")
-    }
+    } | {"LICENSE.txt", "NOTICE.txt"}
     assert verify.check_md5(out / "data") == ([], 0)  # cached: nothing re-hashed
+
+
+def test_the_free_disk_is_checked_against_both_datasets_before_anything_is_fetched(
+    tmp_path, bucket, monkeypatch
+):
+    """The bucket's sizes of both datasets (the C4 files and the tokenizer dataset, which also carries the 8B
+    weights); without an answer from the bucket, the published C4 size and the estimate of the tokenizer's."""
+    from input_preprocessing.common import runtime
+    from input_preprocessing.llama31_8b import download
+
+    env = bucket_env(bucket)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runtime.shutil, "disk_usage", lambda _: type("Usage", (), {"free": 2**20})())
+    out = tmp_path / "out"
+    c4, tokenizer = (
+        sum(p.stat().st_size for p in (bucket / name).iterdir() if p.suffix != ".md5")
+        for name in ("llama-3-1-8b-preprocessed-c4-dataset", "llama-3-1-8b-tokenizer")
+    )
+    log = bucket / "requests.log"
+    fetched = log.read_text() if log.exists() else ""
+    with pytest.raises(PrepError) as err:
+        download.download(out)
+    free = "1,048,576 bytes free (0.0 GiB)"
+    assert str(err.value).startswith(
+        f"not enough free disk under {out}: {free}, about {c4 + tokenizer:,} bytes"
+    )
+    assert "(data/: the bucket; model/: the bucket)" in str(err.value)
+    monkeypatch.setenv("TOKENIZER_URI", f"{env['TOKENIZER_URI']}.missing.uri")  # the bucket does not answer
+    with pytest.raises(PrepError) as err:
+        download.download(out)
+    assert f"about {c4 + download.TOKENIZER_DATASET_BYTES:,} bytes needed" in str(err.value)
+    assert "model/: an estimate: the tokenizer and the 8B weights twice" in str(err.value)
+    assert download.main(["--outputdir", str(out)]) == 1
+    assert (log.read_text() if log.exists() else "") == fetched  # nothing fetched
+    monkeypatch.setattr(runtime.shutil, "disk_usage", lambda _: type("Usage", (), {"free": 2**50})())
+    monkeypatch.setenv("TOKENIZER_URI", env["TOKENIZER_URI"])
+    download.download(out)
+    assert (out / "data" / f"{verify.TRAIN_PREFIX}.bin").is_file() and (
+        out / "model" / "tokenizer.json"
+    ).is_file()
+
+
+def test_amds_layout_passes_verify_and_preflight(tmp_path, bucket, monkeypatch, capsys):
+    """The folder AMD's README makes (v5.1 AMD/benchmarks/llama31_8b/implementations/*/README.md): `cd
+    /data/mlperf_llama31_8b`, then MLCommons' R2 downloader `-d data <c4>.uri` and `-d model
+    <tokenizer>.uri`; DATADIR=.../data (the C4 files, LICENSE.txt, NOTICE.txt, the md5 list),
+    MODEL=.../model. Read as it is: our verify (fast, --md5, --preflight) and the benchmark's preflight."""
+    from training.llama31_8b.preflight import check
+
+    env = bucket_env(bucket)
+    amd = tmp_path / "mlperf_llama31_8b"
+    amd.mkdir()
+    for folder, uri in (("data", env["DATASET_URI"]), ("model", env["TOKENIZER_URI"])):
+        subprocess.run(["bash", env["R2_DOWNLOADER"], "-d", folder, uri], cwd=amd, check=True,
+                       env=subprocess_env(FAKE_BUCKET=str(bucket)))  # fmt: skip
+    data = amd / "data"
+    assert verify.main([str(data)]) == 0 and verify.main([str(data), "--md5"]) == 0
+    monkeypatch.delenv("TRAIN_DATA_PREFIX", raising=False)
+    monkeypatch.delenv("VALID_DATA_PREFIX", raising=False)
+    assert verify.main([str(data), "--preflight"]) == 0, capsys.readouterr().err
+    demo = {"CPU_DEMO": "1", "GBS": "8", "MBS": "4", "MAX_LR": "3e-3", "WARMUP_STEPS": "16",
+            "SEQ_LENGTH": "64", "NUM_LAYERS": "2", "HIDDEN_SIZE": "64", "FFN_HIDDEN_SIZE": "192",
+            "NUM_ATTENTION_HEADS": "4", "NUM_QUERY_GROUPS": "2", "VOCAB_SIZE": "128256"}  # fmt: skip
+    assert check({**demo, "DATADIR": str(data), "MODEL": str(amd / "model"),
+                  "INDEX_CACHE_DIR": str(tmp_path / "idx")}) == []  # fmt: skip
 
 
 def test_verify_names_missing_truncated_and_corrupt_files(tmp_path, bucket):

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.llama.helpers import ROOT, subprocess_env
+from tests.llama.test_data import nemo_train_dataset
 
 CONFIG = ROOT / "configs" / "llama31_8b" / "config_CPU_1x1x1_8b.sh"
 # the CPU default, shortened: 64-token sequences, an evaluation every 32 steps
@@ -84,6 +86,16 @@ def test_cpu_default_converges_and_its_log_passes_the_checker(tmp_path, demo_dat
     assert stop["metadata"]["samples_count"] == evals[-1]["metadata"]["samples_count"] == 256 * len(evals)
     logged = {e["key"]: e["value"] for e in events}
     assert logged["opt_end_learning_rate"] == pytest.approx(0.1 * logged["opt_base_learning_rate"])
+    lines = {e["key"]: e["metadata"]["file"] for e in events}  # each names the line that logged it
+    assert lines["opt_end_learning_rate"] == lines["backend_data_parallel"] == "training/llama31_8b/train.py"
+    # the run trained in NeMo's order for its seed: its index holds MAX_STEPS x GBS samples, not the 2,048
+    # of its sample limit, and is the one NeMo's data module builds
+    (shuffle,) = (tmp_path / "npy_index").glob("*-GPTDataset-train-shuffle_index.npy")
+    (sample,) = (tmp_path / "npy_index").glob("*-GPTDataset-train-sample_index.npy")
+    train, valid = (demo_data / f"wiki-{split}_text_document" for split in ("train", "validation"))
+    nemo = nemo_train_dataset(train, valid, 64, 8, 1_200_000, logged["seed"], tmp_path / "nemo")
+    assert np.array_equal(np.load(shuffle), nemo.shuffle_index) and len(nemo) >= 1_200_000 * 8
+    assert np.array_equal(np.load(sample), nemo.sample_index)
     assert logged["opt_learning_rate_decay_steps"] == 1_200_000 - logged["opt_learning_rate_warmup_steps"]
     assert (
         logged["max_steps"] == 1_200_000

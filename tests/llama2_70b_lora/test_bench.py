@@ -1,5 +1,5 @@
 """perf/bench_lora.py and perf/curve_parity.py's LoRA part on the CPU: the rows each step trains on, the
-learning-rate schedule shared with the curve (issue 34), and both scripts' tiny runs with their parity
+learning-rate schedule shared with the curve, and both scripts' tiny runs with their parity
 verdicts."""
 
 import json
@@ -64,8 +64,8 @@ def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
 
 def test_two_process_profile_runs_on_every_rank(tmp_path):
     """`--profile` under torchrun: every rank runs the profiled steps (their FSDP2 collectives need all
-    ranks); rank 0 alone prints. Before, rank 0 profiled alone and waited forever for the others (the
-    80-block bench on 4 GPUs, 2026-11-27): this run would hang until the timeout."""
+    ranks); rank 0 alone prints. A rank 0 profiling alone would wait forever for the others' collectives:
+    this run would hang until the timeout."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -61,6 +61,9 @@ def test_a_run_logs_what_the_rules_require_and_its_log_passes_the_checker(datadi
         assert key in keys, key
     sizes = keys["lora_rank"]["value"], keys["train_samples"]["value"], keys["eval_samples"]["value"]
     assert sizes == (16, 32, 6)
+    assert type(keys["lora_alpha"]["value"]) is int and keys["lora_alpha"]["value"] == 32  # as AMD logs it
+    # each hyperparameter line names the trainer's line that logged it, not the logging wrapper
+    assert keys["lora_alpha"]["metadata"]["file"] == "training/llama2_70b_lora/train.py"
     assert keys["opt_gradient_clip_norm"]["value"] == 0.3 and keys["opt_adamw_weight_decay"]["value"] == 1e-4
     evals = [e for e in events if e["key"] == "eval_accuracy"]
     # GBS 2, VAL_CHECK_INTERVAL 4: every 2 steps after (SKIP_EVALS + 1) x 2 = 4 steps: at 8, 12 samples
@@ -121,7 +124,7 @@ def test_config_errors_name_the_variable(env, needle):
 
 
 def test_a_problem_names_the_variable_as_the_user_wrote_it():
-    """LORA_RANK is NVIDIA's name for AMD's LORA_DIM: LORA_RANK=0 is reported as LORA_RANK (issue 35)."""
+    """LORA_RANK is NVIDIA's name for AMD's LORA_DIM: LORA_RANK=0 is reported as LORA_RANK."""
     with pytest.raises(ConfigError) as err:
         LoraConfig.from_env({**BASE, "DATADIR": "/data", "LORA_RANK": "0"})
     assert "LORA_RANK=0 must be > 0" in str(err.value) and "LORA_DIM" not in str(err.value)

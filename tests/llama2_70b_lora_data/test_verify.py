@@ -222,7 +222,7 @@ def test_sizes_recorded_at_download_are_checked(mlperf_dir, monkeypatch):
 
 def test_the_sample_s_base_model_is_recorded_and_damage_in_it_is_named(sample_dir, capsys):
     """The tiny base the CPU default fine-tunes (2 pretraining steps here): 4 KiB overwritten in place in its
-    model.safetensors once passed the preflight and --full, and the run ended "diverged" (issue 35)."""
+    model.safetensors is named by the preflight and --full (unnamed, it would end the run "diverged")."""
     from input_preprocessing.llama2_70b_lora import model, sample_model
 
     sample_model.make_base_model(sample_dir, steps=2)

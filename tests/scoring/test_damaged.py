@@ -1,4 +1,4 @@
-"""Issue 19, item 2: the scorer counts what MLCommons' result summarizer counts. A run that fails the
+"""The scorer counts what MLCommons' result summarizer counts. A run that fails the
 compliance checker, and every damaged log (empty, garbled, a null value, a missing time), is listed with its
 reason and counted as not converged; none of them stops the summary, which is written whole or not at all."""
 
@@ -98,7 +98,7 @@ def test_the_summary_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsy
 
 
 def test_a_failed_run_is_named_by_its_outcome_file(tmp_path):
-    """Issue 19, item 3: the trainer's own outcome says why a run did not converge."""
+    """The trainer's own outcome says why a run did not converge."""
     three_good(tmp_path)
     write_log(tmp_path / "bert_x_4.log", bert_log_lines(drop=("run_stop",)))
     record = {"status": "data_error", "detail": "part_00003 unreadable", "rank": 0, "time": 1.0}

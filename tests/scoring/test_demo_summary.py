@@ -1,4 +1,4 @@
-"""A demo run's summary as a new user reads it (issue 35): the demo's own target above its figures (not
+"""A demo run's summary as a new user reads it: the demo's own target above its figures (not
 MLPerf's alone), throughput with its unit; `--package` says first that the package checker will reject a
 demo and why, and its output carries no numpy warning and no "mean epochs: nan"."""
 

@@ -1,4 +1,4 @@
-"""Issue 19, item 9: `python -m training.scoring LOGDIR --package OUTDIR` writes the MLCommons submission tree
+"""`python -m training.scoring LOGDIR --package OUTDIR` writes the MLCommons submission tree
 for the runs and runs mlperf-logging's own package checker on it, whose verdict is the exit status."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 37: the two public result sets our scorer used to score otherwise than MLCommons published them.
+"""Two public result sets that a scorer easily scores otherwise than MLCommons published them.
 
 - Intel's open-division BERT of round 3.1 (16 nodes): the summarizer reads the division from the system
   description (the logs say closed), runs no RCP check for open results and publishes the olympic mean.

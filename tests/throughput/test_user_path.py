@@ -1,4 +1,4 @@
-"""train_fsdp.py as a new user meets it (issue 35): bad input ends in one line and exit 2 before anything is
+"""train_fsdp.py as a new user meets it: bad input ends in one line and exit 2 before anything is
 built, a model that cannot fit is said so in one line, the suite's table stays whole and readable, a CPU
 run says what its figures are, and a stop of the suite ends its row at once and keeps the rows before."""
 
@@ -147,7 +147,7 @@ def test_the_suite_keeps_a_whole_table_when_a_write_fails(tmp_path, monkeypatch,
         return write_text(self, text, *args, **kwargs)
 
     monkeypatch.setattr(suite, "run_row", failed_row)
-    monkeypatch.setattr(suite, "check_this_node", lambda *a: None, raising=False)  # (absent before issue 35)
+    monkeypatch.setattr(suite, "check_this_node", lambda *a: None, raising=False)
     monkeypatch.setattr(Path, "write_text", full_disk_at_the_second_table)
     with pytest.raises(OSError):
         suite.main(["--gpu", "MI300X", "--only", "8b-8192", "--", *QUICK])

@@ -5,12 +5,12 @@ Implementations (chosen once at start by `choose_attention`):
   everywhere (CPU included) and supports attention dropout; it computes the masked-out blocks too.
 - `sdpa_cudnn`: the same call with cuDNN's kernel first in SDPA's priority list (NVIDIA GPUs). For a
   mask with dropout SDPA otherwise picks the memory-efficient kernel, 2.3x slower on an H100
-  (perf/attention.py bert, 2026-11-22: 1.51 vs 3.44 ms per layer, fwd+bwd).
+  (`python -m perf.attention bert`: 1.51 vs 3.44 ms per layer, fwd+bwd).
 - `flash_attn`: flash-attn's varlen kernel over the flattened rows (`cu_seqlens`), no padding work.
 - `torch_flash`: the FlashAttention-2 varlen kernel PyTorch itself ships (ATen's
   `_flash_attention_forward` with `cu_seqlens`, CUDA), the same work as flash-attn's: attention within each
   sequence only, with dropout. 1.32 vs 1.56 ms per layer for cuDNN's masked kernel on an H100
-  (perf/attention.py bert, 2026-11-22). PyTorch's public `varlen_attn` wraps it without dropout.
+  (`python -m perf.attention bert`). PyTorch's public `varlen_attn` wraps it without dropout.
 """
 
 from __future__ import annotations

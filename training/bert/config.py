@@ -32,7 +32,13 @@ class BertConfig(RunSettings):
     )
     warmup_proportion: float = var("WARMUP_PROPORTION", 0.0, bounds="[0, 1]")
     warmup_steps: int = var("WARMUP_STEPS", 0, bounds=">= 0")
-    start_warmup_step: int = var("START_WARMUP_STEP", 0, bounds=">= 0")
+    start_warmup_step: int = var(
+        "START_WARMUP_STEP",
+        0,
+        help="with WARMUP_STEPS: the step the warm-up began at; negative (NVIDIA's 8x8 and 434x8 configs): "
+        "the run starts that many steps into it",
+        bounds="[-inf, 0]",
+    )
     beta1: float = var("OPT_LAMB_BETA_1", 0.9, bounds="[0, 1)")
     beta2: float = var("OPT_LAMB_BETA_2", 0.999, bounds="[0, 1)")
     weight_decay: float = var("WEIGHT_DECAY_RATE", 0.01, bounds=">= 0")
@@ -56,7 +62,7 @@ class BertConfig(RunSettings):
     init_checkpoint: str = var(
         "INIT_CHECKPOINT", "phase1", help="'phase1' (the converted checkpoint), a path, or 'none'"
     )
-    train_dir: Path | None = var("TRAIN_DIR", None, help="default DATADIR/hdf5/packed_data")
+    train_dir: Path | None = var("TRAIN_DIR", None, help="DATADIR/hdf5/packed_data, else DATADIR/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
     attention: str = var("ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash")
     residual_dtype: str = var(
@@ -101,19 +107,33 @@ class BertConfig(RunSettings):
         return problems
 
     def num_warmup_steps(self) -> int:
-        return self.warmup_steps or round(self.warmup_proportion * self.max_steps)
+        """WARMUP_STEPS, else WARMUP_PROPORTION x MAX_STEPS (truncated, as NVIDIA's run_pretraining.py)."""
+        return self.warmup_steps or int(self.warmup_proportion * self.max_steps)
+
+    def warmup_start(self) -> int:
+        """The step the warm-up began at: START_WARMUP_STEP with WARMUP_STEPS, else 0 (NVIDIA's
+        run_pretraining.py ignores START_WARMUP_STEP when the warm-up is a proportion)."""
+        return self.start_warmup_step if self.warmup_steps else 0
 
     def eval_steps(self, world_size: int) -> list[int]:
-        """Optimizer steps after which to evaluate: EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES."""
+        """Optimizer steps after which to evaluate: at EVAL_ITER_START_SAMPLES, then every EVAL_ITER_SAMPLES,
+        below MAX_SAMPLES_TERMINATION (NVIDIA's run_pretraining.py: ceil(s / GBS) for s in
+        arange(start, MAX_SAMPLES_TERMINATION, every)). A step limit that is not one of them ends the run
+        without a last evaluation, as there."""
         gbs = self.global_batch_size(world_size)
-        starts = range(self.eval_iter_start_samples, self.max_samples_termination + self.eval_iter_samples,
-                       self.eval_iter_samples)  # fmt: skip
+        starts = range(self.eval_iter_start_samples, self.max_samples_termination, self.eval_iter_samples)
         return sorted({math.ceil(s / gbs) for s in starts})
 
     def max_train_steps(self, world_size: int) -> int:
-        return math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+        """The run's last step: MAX_STEPS (the end of the LR schedule, where NVIDIA's loop stops), or the
+        step that reaches MAX_SAMPLES_TERMINATION samples if that comes first."""
+        return min(
+            self.max_steps, math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+        )
 
     def paths(self) -> dict[str, Path | None]:
+        from training.bert.data import default_train_dir
+
         phase1 = self.datadir / "phase1"
         ckpt = {"phase1": phase1 / "model.ckpt-28252.pt", "none": None}.get(self.init_checkpoint)
         return {
@@ -121,6 +141,6 @@ class BertConfig(RunSettings):
             "init_checkpoint": ckpt
             if self.init_checkpoint in ("phase1", "none")
             else Path(self.init_checkpoint),
-            "train_dir": self.train_dir or self.datadir / "hdf5" / "packed_data",
+            "train_dir": self.train_dir or default_train_dir(self.datadir),
             "eval_dir": self.eval_dir or self.datadir / "hdf5" / "eval_varlength",
         }

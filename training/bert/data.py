@@ -1,7 +1,7 @@
 """Packed HDF5 shards -> `Batch`es, and the eval set.
 
-Training shards (`part_*` in `hdf5/packed_data`) hold one packed row per entry (vlen datasets
-`input_ids`, `segment_ids`, `masked_lm_positions`, `masked_lm_ids`, `packed_input_len`,
+Training shards (`part_*` in `hdf5/packed_data`, or NVIDIA's `packed_data`) hold one packed row per entry
+(vlen datasets `input_ids`, `segment_ids`, `masked_lm_positions`, `masked_lm_ids`, `packed_input_len`,
 `packed_masked_lm_len`, `next_sentence_labels`). Every epoch the shard list is permuted with the run's
 seed; rank r reads shards r, r + world, ... of that permutation, so ranks never share data, and rows are
 shuffled within each shard. A background thread reads and collates ahead of the training loop.
@@ -32,8 +32,22 @@ MAX_SEQS_PER_ROW = 3
 MASKED_PER_ROW = 80
 
 
+# Where a DATADIR keeps the packed training shards: this toolkit's and AMD's folder, then NVIDIA's (its
+# prepare_data.sh --packed-data writes DATADIR/packed_data, its shard_list_*.lst files beside the shards).
+PACKED_DIRS = ("hdf5/packed_data", "packed_data")
+
+
 class DataError(outcome.DataError):
     """A missing, empty or unreadable data file; the message names it."""
+
+
+def default_train_dir(datadir: Path) -> Path:
+    """The first of PACKED_DIRS under `datadir` holding `part_*` shards (the first of them if none does)."""
+    for rel in PACKED_DIRS:
+        folder = datadir / rel
+        if folder.is_dir() and any(p.name.startswith("part_") and p.is_file() for p in folder.iterdir()):
+            return folder
+    return datadir / PACKED_DIRS[0]
 
 
 def list_shards(train_dir: Path) -> list[Path]:

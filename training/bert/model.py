@@ -160,10 +160,6 @@ class BertForPackedPretraining(nn.Module):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
 
-    def set_attention(self, impl: str) -> None:
-        for layer in self.layers:
-            layer.attn_impl = impl
-
     def set_residual_dtype(self, dtype: torch.dtype | None) -> None:
         """Store the residual stream (the embedding's and the layers' LayerNorm outputs) in `dtype`; None
         keeps what the LayerNorm returns (float32 under autocast)."""
@@ -242,10 +238,6 @@ def load_pretrained(model: BertForPackedPretraining, path: Path) -> int:
         mapped[key] = mapped[key][: model.shape.vocab_size]
     model.load_state_dict(mapped, strict=True)
     return len(mapped)
-
-
-def param_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def flops_per_step(s: BertShape, seq_lens: list[int], masked: int, seqs: int) -> float:

@@ -97,7 +97,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def poly_warmup_lr(step: int, base_lr: float, total_steps: int, warmup_steps: int, start_warmup_step: int = 0,
                    degree: float = 1.0, end_lr: float = 0.0) -> float:  # fmt: skip
     """LR for optimizer step `step` (0-based): linear warmup from `start_warmup_step` over `warmup_steps`,
-    then polynomial decay to `end_lr` at `total_steps` (NVIDIA's LinearWarmupPolyDecayScheduler)."""
+    then polynomial decay to `end_lr` at `total_steps` (NVIDIA's LinearWarmupPolyDecayScheduler). A negative
+    `start_warmup_step` starts the run that many steps into the warm-up (NVIDIA's -200000 of 200330: the
+    first step at 99.8% of `base_lr`); NVIDIA's scheduler then counts steps from 1, not 0 (its `offset_step`
+    is 1 only when the warm-up starts at 0), and so does this."""
+    if start_warmup_step != 0:
+        step += 1
     since_warmup_start = step - start_warmup_step
     if since_warmup_start < warmup_steps:
         return base_lr * since_warmup_start / warmup_steps

@@ -1,9 +1,11 @@
 """BERT-Large phase-2 pretraining, MLPerf Training rules: `torchrun -m training.bert.train`.
 
 Setup (untimed, between init_start and init_stop), then the timed run: train on packed rows, evaluate
-masked-LM accuracy at the scheduled sample counts, stop at the target (`success`) or at
-MAX_SAMPLES_TERMINATION (`aborted`). A NaN/inf loss also ends the run `aborted`. How the run ended (converged,
-not converged, diverged, or what it raised) goes to LOGDIR/<RUN_TAG>.outcome.json (training.common.outcome).
+masked-LM accuracy at the scheduled sample counts, stop at the target (`success`) or, as NVIDIA's loop, after
+MAX_STEPS (or MAX_SAMPLES_TERMINATION samples, if sooner: `aborted`). A NaN/inf loss also ends the run
+`aborted`. The log counts the sequences of the packed rows trained on, as NVIDIA's does. How the run ended
+(converged, not converged, diverged, or what it raised) goes to LOGDIR/<RUN_TAG>.outcome.json
+(training.common.outcome).
 """
 
 from __future__ import annotations
@@ -68,11 +70,12 @@ def main() -> outcome.Outcome:
                                   info.device)  # fmt: skip
 
         def one_step(index: int) -> StepResult:
-            lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.start_warmup_step)
+            lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.warmup_start())
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            return StepResult(train_step(train_model, optimizer, batches, cfg.gradient_steps, autocast, info,
-                                         scaler), lr)  # fmt: skip
+            micro = [next(batches) for _ in range(cfg.gradient_steps)]
+            loss = train_step(train_model, optimizer, iter(micro), cfg.gradient_steps, autocast, info, scaler)
+            return StepResult(loss, lr, samples=sum(b.num_sequences for b in micro))
 
         return one_step
 
@@ -87,19 +90,21 @@ def main() -> outcome.Outcome:
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
-    """Every key the BERT closed rules require, plus the ones NVIDIA logs for the reader."""
+    """Every key the BERT closed rules require, plus the ones NVIDIA logs for the reader, with NVIDIA's
+    types (its run_pretraining.py parses max_steps as a float: 3680.0)."""
     mllog.hyperparameters({
         constants.GLOBAL_BATCH_SIZE: gbs,
         "d_batch_size": cfg.batch_size,
         constants.GRADIENT_ACCUMULATION_STEPS: cfg.gradient_steps,
         "max_predictions_per_seq": cfg.max_predictions_per_seq,
         constants.MAX_SEQUENCE_LENGTH: cfg.max_seq_length,
-        constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
+        constants.OPT_LR_TRAINING_STEPS: float(cfg.max_steps),
         constants.NUM_WARMUP_STEPS: cfg.num_warmup_steps(),
         constants.OPT_BASE_LR: cfg.lr,
         constants.OPT_LAMB_EPSILON: cfg.lamb_epsilon,
+        "opt_epsilon": cfg.lamb_epsilon,
         constants.OPT_LR_WARMUP_STEPS: cfg.num_warmup_steps(),
-        constants.START_WARMUP_STEP: cfg.start_warmup_step,
+        constants.START_WARMUP_STEP: cfg.warmup_start(),
         constants.OPT_LAMB_BETA_1: cfg.beta1,
         constants.OPT_LAMB_BETA_2: cfg.beta2,
         constants.OPT_LAMB_WEIGHT_DECAY: cfg.weight_decay,

@@ -3,7 +3,9 @@
 Each benchmark declares its variables as dataclass fields made with `var("ENV_NAME", default)`, every number
 with its range (`bounds`). `from_env` converts every value by the field's type, collects all problems
 (missing, malformed, out of range, unknown names with the closest known name suggested) and raises one
-`ConfigError` naming each variable. Nothing else in the package reads `os.environ`.
+`ConfigError` naming each variable. AMD's and NVIDIA's own names are read through the vendor vocabulary
+(`vendor_vars`): honored ones set ours, the others are recorded as not applicable. Nothing else in the package
+reads `os.environ`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import types
 import typing
 from pathlib import Path
 
-from training.common import backends
+from training.common import backends, vendor_vars
 from training.common.files import write_text_atomic
+from training.fp8.choices import AMAX_ALGOS as FP8_AMAX_ALGOS
 from training.fp8.choices import BACKENDS as FP8_BACKENDS
 from training.fp8.choices import CASTS as FP8_CASTS
 
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER_VARS = frozenset(
     "BENCHMARK CONFIG_FILE CONT CONT_NAME CONTAINER_RUNTIME DATADIR LOGDIR NEXP CLEAR_CACHES DGXSYSTEM "
     "DGXNNODES DGXNGPU WALLTIME WALLTIME_RUNANDTIME SEED CONFIG_VARS RUN_TAG CHECK_COMPLIANCE MASTER_ADDR "
-    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO CONSOLE".split()
+    "MASTER_PORT LOGDIR_MB_PER_RUN MLPERF_REPO CONSOLE DROPCACHE_CMD CONT_WORKDIR".split()
 )
 # Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...); one
 # of these names that is close to a known variable is still taken for a typo of it.
@@ -140,12 +143,26 @@ class RunSettings:
         "auto",
         help="FP8_BACKEND=native: auto (Triton on GPUs where it matches PyTorch's) | pytorch",
     )
+    fp8_amax_history: int = var(
+        "FP8_AMAX_HISTORY",
+        4,
+        help="delayed scaling's amax history: steps whose amaxes a cast's scale is chosen from (native, te)",
+        bounds="> 0",
+    )
+    fp8_amax_algo: str = var(
+        "FP8_AMAX_ALGO",
+        "most_recent",
+        help="most_recent (the last step's amax; the history length then changes nothing) | max (the largest "
+        "of the history)",
+    )
     clear_caches: bool = var(
         "CLEAR_CACHES", False, help="set by the runner: page cache dropped before the run"
     )
     logdir: Path | None = var("LOGDIR", None)
     run_tag: str | None = var("RUN_TAG", None, help="set by the runner: <benchmark>_<system>_<i>")
     is_cpu_demo: bool = var("CPU_DEMO", False, help="a small non-MLPerf run: tiny model, marked not valid")
+    # Not a variable: the vendor names the environment gave (`vendor_vars.Translation.record`), recorded.
+    vendor_names: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterable[str] = ()):
@@ -161,12 +178,13 @@ class RunSettings:
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
         bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])
-                  for f in dataclasses.fields(self)]  # fmt: skip
+                  for f in variables(self)]  # fmt: skip
         problems = [problem for problem in bounds if problem]
         for name, value, choices in (
             ("PRECISION", self.precision, self.PRECISIONS),
             ("FP8_BACKEND", self.fp8_backend, FP8_BACKENDS),
             ("FP8_CASTS", self.fp8_casts, FP8_CASTS),
+            ("FP8_AMAX_ALGO", self.fp8_amax_algo, FP8_AMAX_ALGOS),
         ):
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
@@ -200,21 +218,26 @@ class RunSettings:
         return problems
 
 
+def variables(cls) -> list[dataclasses.Field]:
+    """The fields of a config dataclass that are read from a variable (made with `var`)."""
+    return [f for f in dataclasses.fields(cls) if "env" in f.metadata]
+
+
 def env_names(cls) -> dict[str, str]:
     """Field name -> environment variable name, for a config dataclass."""
-    return {f.name: f.metadata["env"] for f in dataclasses.fields(cls)}
+    return {f.name: f.metadata["env"] for f in variables(cls)}
 
 
 def env_fields(cls) -> dict[str, str]:
     """Environment variable name -> field name, for a config dataclass."""
-    return {f.metadata["env"]: f.name for f in dataclasses.fields(cls)}
+    return {f.metadata["env"]: f.name for f in variables(cls)}
 
 
 def describe(cls) -> str:
     """The variables of a config class, one per line with its default, aliases and help: what an entry
     point's --help prints."""
     lines = []
-    for f in dataclasses.fields(cls):
+    for f in variables(cls):
         name, meta = f.metadata["env"], f.metadata
         default = "required" if f.default is dataclasses.MISSING else f"default {f.default}"
         aliases = f" (also {', '.join(meta['aliases'])})" if meta.get("aliases") else ""
@@ -265,10 +288,16 @@ def _convert(raw: str, typ):
 
 def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterable[str] = ()):
     """Build `cls` from `environ`. `config_vars` are the names the user's config file exported; any that
-    neither `cls` nor the launchers know is reported as a likely typo."""
+    neither `cls`, the launchers nor the vendor vocabulary know is reported as a likely typo. AMD's and
+    NVIDIA's names set ours first (`vendor_vars.translate`); what they set and the names not applicable here
+    are kept in the config's `vendor_names`."""
+    config_vars = list(config_vars)
+    bench = cls.BENCHMARK.name if getattr(cls, "BENCHMARK", None) is not None else None
+    vendor = vendor_vars.translate(environ, bench, config_vars)
+    environ = vendor.environ
     hints = typing.get_type_hints(cls)
-    problems, values, given = [], {}, {}
-    for f in dataclasses.fields(cls):
+    problems, values, given = list(vendor.problems), {}, {}
+    for f in variables(cls):
         name, raw, clash = _lookup(f, environ)
         given[f.metadata["env"]] = name
         problems += clash
@@ -280,8 +309,8 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
             values[f.name] = _convert(raw, hints[f.name])
         except ValueError as err:
             problems.append(f"{name}={raw!r}: {err}")
-    known = set(env_names(cls).values()) | LAUNCHER_VARS
-    known |= {alias for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
+    known = set(env_names(cls).values()) | LAUNCHER_VARS | vendor_vars.names(bench)
+    known |= {alias for f in variables(cls) for alias in f.metadata.get("aliases", ())}
     for name in config_vars:
         if name in known:
             continue
@@ -292,6 +321,8 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
         problems.append(f"{name}: not a variable of this benchmark{hint}")
     if problems:
         raise ConfigError(f"{cls.__name__}: " + "; ".join(problems))
+    if "vendor_names" in {f.name for f in dataclasses.fields(cls)}:
+        values["vendor_names"] = vendor.record()
     token = _GIVEN_NAMES.set(given)
     try:
         return cls(**values)
@@ -304,7 +335,7 @@ def from_env(cls, environ: typing.Mapping[str, str], config_vars: typing.Iterabl
 def to_env_dict(cfg) -> dict[str, object]:
     """The effective config as {ENV_NAME: value}, JSON-ready."""
     out = {}
-    for f in dataclasses.fields(cfg):
+    for f in variables(cfg):
         value = getattr(cfg, f.name)
         out[f.metadata["env"]] = str(value) if isinstance(value, Path) else value
     return out
@@ -330,9 +361,12 @@ def git_commit() -> str:
 
 def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
     """Write the effective config (and `extra`: derived values, versions, backends) as JSON, with the commit
-    of the code and the accelerator that ran it (the submission package's system description reads them)."""
+    of the code and the accelerator that ran it (the submission package's system description reads them),
+    and the vendor names the config gave: those honored and what they set, those not applicable here."""
     record = {"config": to_env_dict(cfg), "git_commit": git_commit(),
               "accelerator": backends.accelerator_name(), **(extra or {})}  # fmt: skip
+    if getattr(cfg, "vendor_names", None):
+        record["vendor_names"] = cfg.vendor_names
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
 

@@ -7,8 +7,10 @@ training image's packages):
 - `:::MLLOG` lines (half of a run's output) are read, not shown. Each evaluation is shown as one line, with
   the target the run logged, and `run_stop` as its status and time.
 - A trainer's `step N samples S loss L ...` line becomes a compact progress line: step, loss, samples/s
-  since the previous one, and the time left to the sample limit (the logged `max_steps` or
-  `opt_learning_rate_training_steps` times `global_batch_size`) at that rate. The trainers' own `eval at`
+  since the previous one, and the time left to the sample limit at that rate. The limit is the one the MLPerf
+  loop says before run_start (`<prog>: sample limit N (...)`: its step limit times the global batch, so
+  MAX_SAMPLES_TERMINATION where it is set), not a hyperparameter's: `max_steps` and
+  `opt_learning_rate_training_steps` are the learning-rate schedule's horizon. The trainers' own `eval at`
   lines give way to the evaluation lines above.
 - torchrun's own failure report (its log lines, the `ChildFailedError` traceback and the `====` block after
   a worker exits non-zero, or the traceback of a stop by signal) and its OMP_NUM_THREADS banner become one
@@ -32,6 +34,8 @@ TORCHRUN_ERROR = "torch.distributed.elastic."  # ChildFailedError, SignalExcepti
 BANNER = ("Setting OMP_NUM_THREADS environment variable for each process",)
 STEP = re.compile(r"^step (\d+) samples (\d+) loss (\S+)")
 EVAL_LINE = re.compile(r"^eval at \d+ samples: ")  # the trainers' own
+SAMPLE_LIMIT = "sample limit"  # the MLPerf loop's line: `<prog>: sample limit N (S steps of B samples)`
+LIMIT_LINE = re.compile(rf"^\S+: {SAMPLE_LIMIT} (\d+) ")
 # what each benchmark's eval_accuracy is, in words
 METRICS = {"bert": "masked-LM accuracy", "llama31_8b": "log perplexity", "llama2_70b_lora": "eval loss"}
 REPORT_LINES = 400  # a torchrun report longer than this is not one: its lines are shown again
@@ -101,6 +105,7 @@ class Console:
         self.write, self.now = write, now
         self.torchrun = TorchrunReport()
         self.logged: dict[str, object] = {}  # MLLOG key -> its value (the hyperparameters)
+        self.limit: int | None = None  # the samples the run trains at most, as its trainer said
         self.started: float | None = None  # run_start's time (seconds)
 
     def feed(self, line: str) -> None:
@@ -119,6 +124,8 @@ class Console:
             head = f"step {step.group(1)} | {int(step.group(2)):,} samples | loss {step.group(3)}"
             self.write(head + self._pace(int(step.group(2)), self.now()) + "\n")
         elif not EVAL_LINE.match(text):
+            if (limit := LIMIT_LINE.match(text)) is not None:
+                self.limit = int(limit.group(1))
             self.write(line)
 
     def _mllog(self, payload: str) -> None:
@@ -150,17 +157,9 @@ class Console:
         if self.started is None or when <= self.started or samples <= 0:
             return ""
         rate = samples / (when - self.started)
-        limit = self.sample_limit()
+        limit = self.limit
         left = f" | {clock((limit - samples) / rate)} left to the sample limit ({limit:,})" if limit else ""
         return f" | {rate:,.1f} samples/s{left}"
-
-    def sample_limit(self) -> int | None:
-        """The samples the run trains at most, from what it logged."""
-        steps = self.logged.get("max_steps", self.logged.get("opt_learning_rate_training_steps"))
-        batch = self.logged.get("global_batch_size")
-        if isinstance(steps, (int, float)) and isinstance(batch, (int, float)) and steps > 0 and batch > 0:
-            return int(steps * batch)
-        return None
 
 
 def main() -> int:

@@ -19,8 +19,12 @@ The log follows one of MLPerf's two conventions, the one the benchmark table nam
 - `samples_count` (the LLM benchmarks): a block for each stretch of training between evaluations, every event
   counting samples: tracked_stats, block_stop, eval_start, eval_accuracy, eval_stop, and block_start again
   unless the run has reached its step limit;
-- `epoch_num` (BERT, whose rules count samples as "epochs"): one block around the whole run, and at each
-  evaluation eval_start, eval_stop, eval_accuracy, tracked_stats.
+- `epoch_num` (BERT, whose rules count samples as "epochs"), as NVIDIA's BERT logs it: one epoch and one block
+  around the whole run (epoch_start, block_start with first_epoch_num 1 ... block_stop, epoch_stop), and at
+  each evaluation tracked_stats, eval_start, eval_stop, eval_accuracy.
+A step that counts its own samples (`StepResult.samples`: BERT's packed rows hold one to three sequences
+each) is counted so in every event, as NVIDIA counts the sequences of its packed rows; other steps count
+steps x the global batch.
 `train_samples` and `eval_samples`, which the rules want once each, close the log where the benchmark did not
 log them with its hyperparameters.
 """
@@ -36,8 +40,9 @@ from typing import Protocol
 
 import torch
 
-from training.common import backends, dist, outcome
+from training.common import backends, dist, outcome, vendor_vars
 from training.common.config import RunSettings, write_effective_config
+from training.common.console import SAMPLE_LIMIT
 from training.common.mllog import MLLogger, constants
 
 
@@ -51,11 +56,13 @@ class BenchmarkRow(Protocol):
 
 @dataclass(frozen=True)
 class StepResult:
-    """One optimizer step: its loss (on the device, not yet synchronised), its LR and gradient norm."""
+    """One optimizer step: its loss (on the device, not yet synchronised), its LR and gradient norm, and the
+    samples this rank trained in it where the step counts them (None: its share of the global batch)."""
 
     loss: torch.Tensor
     lr: float
     grad_norm: torch.Tensor | None = None
+    samples: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,13 +92,15 @@ class MLPerfRun:
     def log_backends(self, chosen: dict[str, object]) -> None:
         """What each concern runs on (attention, precision, FP8, optimizer, ...): logged and shown."""
         for key, value in chosen.items():
-            self.mllog.event(f"backend_{key}", value)
+            self.mllog.event(f"backend_{key}", value, depth=1)  # the line names the benchmark's call
             self.say(f"{self.prog}: {key}: {value}")
 
     def write_config(self, extra: dict) -> None:
         """LOGDIR/<RUN_TAG>.config.json (rank 0, when the runner set both): the effective config, `extra`
         (derived values, the backends chosen), the seed, and this machine's versions and libraries."""
         cfg = self.cfg
+        for line in vendor_vars.describe(cfg.vendor_names):
+            self.say(f"{self.prog}: {line}")
         if cfg.logdir and cfg.run_tag and self.info.is_main:
             extra = {"seed": self.seed, **extra, "versions": backends.versions(),
                      "available": backends.available()}  # fmt: skip
@@ -118,18 +127,22 @@ class MLPerfRun:
         blocks = (
             _Blocks(log, eval_counters) if self.benchmark.samples_key == "samples_count" else _OneBlock(log)
         )
+        # the console's "left to the sample limit": the step limit, not the LR schedule's horizon
+        self.say(f"{self.prog}: {SAMPLE_LIMIT} {schedule.max_steps * schedule.global_batch} "
+                 f"({schedule.max_steps} steps of {schedule.global_batch} samples)")  # fmt: skip
         dist.barrier()
         log.end(constants.INIT_STOP)
         log.start(constants.RUN_START)
         step_fn = start()
         blocks.start()
         status, samples, score, diverged = constants.ABORTED, 0, math.nan, ""
-        window_start, window_samples = time.perf_counter(), 0  # training since the last evaluation
+        own = _OwnCount(info.device)  # the samples of steps that count them (StepResult.samples)
+        window_start, window_first = time.perf_counter(), 0  # training since the last evaluation
         finite = torch.ones((), dtype=torch.bool, device=info.device)
         for index in range(schedule.max_steps):
             result = step_fn(index)
             step, samples = index + 1, samples + schedule.global_batch
-            window_samples += schedule.global_batch
+            own.add(result.samples)
             finite &= torch.isfinite(result.loss)
             shown = step % schedule.log_freq == 0
             if shown or step in schedule.evals or step == schedule.max_steps:
@@ -145,30 +158,33 @@ class MLPerfRun:
                 continue
             if info.device.type == "cuda":
                 torch.cuda.synchronize()
-            throughput = window_samples / max(time.perf_counter() - window_start, 1e-9)
+            counted = own.total(samples)
+            throughput = (counted - window_first) / max(time.perf_counter() - window_start, 1e-9)
             extra = stats(throughput) if stats else {}
-            score = blocks.evaluation(step, samples, result, {"throughput": throughput, **extra}, evaluate)
-            self.say(f"eval at {samples} samples: {metric} {score:.4f} (target {target})")
+            score = blocks.evaluation(step, counted, result, {"throughput": throughput, **extra}, evaluate)
+            self.say(f"eval at {counted} samples: {metric} {score:.4f} (target {target})")
             if score >= target if self.benchmark.higher_is_better else score <= target:
                 status = constants.SUCCESS
                 break
             if not math.isfinite(score):
-                diverged = f"non-finite {metric} at {samples} samples"
+                diverged = f"non-finite {metric} at {counted} samples"
                 break
             if step < schedule.max_steps:
-                blocks.resume(samples)
-            window_start, window_samples = time.perf_counter(), 0
+                blocks.resume(counted)
+            window_start, window_first = time.perf_counter(), counted
+        samples = own.total(samples)
         blocks.stop(samples)
         if constants.TRAIN_SAMPLES not in log.logged:
             log.event(constants.TRAIN_SAMPLES, samples)
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
+        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
+        end = outcome.ended(status == constants.SUCCESS, progress, diverged)  # before the teardown
         if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)
             self.say(f"{self.prog}: {line}")
         dist.shutdown()
-        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
-        return outcome.ended(status == constants.SUCCESS, progress, diverged)
+        return end
 
 
 def peak_memory_line(device: torch.device) -> str | None:
@@ -186,6 +202,26 @@ def peak_memory_line(device: torch.device) -> str | None:
     capacity = torch.cuda.get_device_properties(device).total_memory
     size = f"{peak / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB"
     return f"peak GPU memory {size} (the busiest rank, warm-up included)"
+
+
+class _OwnCount:
+    """The samples of steps that count them, summed over the ranks where the log needs the total (every
+    rank calls `total`: a collective)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.local, self.counting = device, 0, False
+
+    def add(self, samples: int | None) -> None:
+        if samples is not None:
+            self.local, self.counting = self.local + samples, True
+
+    def total(self, nominal: int) -> int:
+        """All ranks' samples so far, or `nominal` (steps x global batch) where the steps do not count."""
+        if not self.counting:
+            return nominal
+        return int(
+            dist.all_reduce_sum(torch.tensor(self.local, dtype=torch.int64, device=self.device)).item()
+        )
 
 
 class _Blocks:
@@ -224,7 +260,7 @@ class _Blocks:
 
 
 class _OneBlock:
-    """The `epoch_num` convention: one block around the whole run."""
+    """The `epoch_num` convention, as NVIDIA's BERT logs it: one epoch and one block around the whole run."""
 
     def __init__(self, log: MLLogger):
         self.log = log
@@ -233,19 +269,21 @@ class _OneBlock:
         return {}  # run_stop says only its status
 
     def start(self) -> None:
-        self.log.start(constants.BLOCK_START, metadata={"first_epoch_num": 0, "epoch_count": 1})
+        self.log.start(constants.EPOCH_START, metadata={"epoch_num": 0})
+        self.log.start(constants.BLOCK_START, metadata={"first_epoch_num": 1, "epoch_count": 1})
 
     def resume(self, samples: int) -> None:
         pass  # the one block goes on
 
     def evaluation(self, step: int, samples: int, result: StepResult, tracked: dict, evaluate) -> float:
         at = {"epoch_num": samples}
-        self.log.start(constants.EVAL_START, metadata=at)
+        self.log.event("tracked_stats", tracked, metadata={**at, "step": step})
+        self.log.start(constants.EVAL_START, samples, metadata=at)
         score = evaluate()
-        self.log.end(constants.EVAL_STOP, metadata=at)
+        self.log.end(constants.EVAL_STOP, samples, metadata=at)
         self.log.event(constants.EVAL_ACCURACY, score, metadata=at)
-        self.log.event("tracked_stats", {"throughput": tracked["throughput"], **at}, metadata={"step": step})
         return score
 
     def stop(self, samples: int) -> None:
-        self.log.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 0})
+        self.log.end(constants.BLOCK_STOP, metadata={"first_epoch_num": 1})
+        self.log.end(constants.EPOCH_STOP, metadata={"epoch_num": samples})

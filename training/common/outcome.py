@@ -6,7 +6,10 @@ it runs the trainer, classifies how it ended and writes LOGDIR/<RUN_TAG>.outcome
 {"status": "data_error", "detail": "...part_00003: cannot read HDF5 (...)", "rank": 0, "time": ...}.
 Rank 0 always writes it; another rank only when it fails, as <RUN_TAG>.outcome.rank<N>.json, because when
 one rank fails the others are stopped by torchrun or break in their next collective: the first failure
-written is the cause, the later ones its echo.
+written is the cause, the later ones its echo. A run that reached its end (`ended`, at run_stop) has ended
+so: a rank stopped by SIGTERM after that, in its teardown (torchrun stops the other ranks as soon as one
+exits non-zero, as every rank of a run that did not converge does), writes the run's end on rank 0 and
+nothing on the others, never "interrupted".
 
     python -m training.common.outcome LOG    # prints the verdict of the run that wrote LOG (exit 1: none)
 
@@ -72,12 +75,19 @@ class Outcome:
         return STATUSES.get(self.status, ("", 1))[1] if self.exit_code is None else self.exit_code
 
 
+_run_end: Outcome | None = None  # this process's run, once it reached its end (`ended`)
+
+
 def ended(converged: bool, progress: str, diverged: str = "") -> Outcome:
     """The outcome of a run that reached its end: `progress` says how far it got (its last evaluation against
-    the target), `diverged` why it stopped early on a non-finite loss."""
+    the target), `diverged` why it stopped early on a non-finite loss. Kept as this process's run end: a
+    SIGTERM after it stops the teardown, not the run (`run`)."""
+    global _run_end
     if converged:
-        return Outcome("converged", progress)
-    return Outcome("diverged", diverged) if diverged else Outcome("not_converged", progress)
+        _run_end = Outcome("converged", progress)
+    else:
+        _run_end = Outcome("diverged", diverged) if diverged else Outcome("not_converged", progress)
+    return _run_end
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
@@ -134,20 +144,27 @@ def run(main: Callable[[], Outcome], prog: str) -> NoReturn:
     """A trainer's `__main__`: run `main` (which returns how the run ended: converged, not converged or
     diverged), classify what it raised instead, write the outcome file where LOGDIR and RUN_TAG say (when
     both are set) and exit with the outcome's status (0 converged, 1 not converged or crashed, 2 config, data
-    or disk error, 128 + N on signal N)."""
+    or disk error, 128 + N on signal N). A signal after the run's end (`ended`) stopped its teardown: the
+    outcome is the run's end, written by rank 0 alone."""
+    global _run_end
     env = os.environ  # the entry point's own reading: the config may be what failed
     rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    raised = False
+    raised, _run_end = False, None
     try:
         outcome = main()
     except SystemExit:  # --help
         raise
     except BaseException as err:  # noqa: BLE001 - every ending is classified and written
         outcome, raised = classify(err), True
-        if outcome.status == "crashed":
-            traceback.print_exc()
-        print(f"{prog}: {outcome.describe()}", file=sys.stderr, flush=True)
+        if outcome.status == "interrupted" and _run_end is not None:  # the teardown was stopped, not the run
+            print(f"{prog}: {outcome.detail} in the teardown, after the run's end", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            outcome, raised = _run_end, False
+        else:
+            if outcome.status == "crashed":
+                traceback.print_exc()
+            print(f"{prog}: {outcome.describe()}", file=sys.stderr, flush=True)
     if env.get("LOGDIR") and env.get("RUN_TAG") and (rank == 0 or raised):
         write(outcome_path(env["LOGDIR"], env["RUN_TAG"], rank), outcome, rank)
     exit_process(outcome.code)

@@ -7,17 +7,21 @@ from collections.abc import Mapping
 
 import torch
 
+from training.common import vendor_vars
 from training.common.config import ConfigError, RunSettings
 
 
 def load_config(cls: type[RunSettings], environ: Mapping[str, str]) -> tuple[RunSettings | None, list[str]]:
     """(the config, its problems): parsed from the environment with the variables the launcher names
     (CONFIG_VARS), and its scale against the launcher's world size; (None, [the error]) if it does not
-    parse."""
+    parse. Prints the vendor names it honored and those not applicable here (once per launch: the
+    preflight runs once)."""
     try:
         cfg = cls.from_env(environ, environ.get("CONFIG_VARS", "").split())
     except ConfigError as err:
         return None, [str(err)]
+    for line in vendor_vars.describe(cfg.vendor_names):
+        print(f"preflight: {line}")
     return cfg, cfg.scale_problems(launch_world_size(environ))
 
 

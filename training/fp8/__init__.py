@@ -48,6 +48,11 @@ class Fp8Settings:
     gather_in_fp8: bool = False  # FSDP2 (without TP) will shard the model: all-gather the weights in FP8
     fuse_mlp: MlpLayout | None = None  # native: run these MLPs as one FP8 function
     casts: str = "auto"  # native: CASTS
+    # delayed scaling (native, te): the steps whose amaxes a cast's scale is chosen from, and how (AMAX_ALGOS:
+    # most_recent, the last one, whatever the length; max, the largest). AMD's and NVIDIA's recipe: 4, most
+    # recent.
+    amax_history: int = 4
+    amax_algo: str = "most_recent"
 
 
 @dataclass
@@ -195,14 +200,15 @@ def calibrate(
     gradient (`native.calibrating`), then drop the gradients; the random number generators are restored, so
     dropout draws what it would have drawn without this pass. Without it, delayed scaling casts the first
     step with scale 1: on a 70B LoRA step the e5m2 gradients of the lower blocks underflow to zero and the
-    first steps barely move (issue 34; `tests/test_fp8.py` shows it on a toy model). A no-op (False) when
+    first steps barely move (`tests/test_fp8.py` shows it on a toy model). A no-op (False) when
     nothing needs it.
 
     `recompute`: a context in which the model recomputes every block in the backward, drawing its random
     numbers again the same (a Llama's: `training.llama.checkpointing.recompute_every_block`), entered for
     this pass: eager and in bf16, a block kept for its backward saves more than twice what its compiled FP8
     forward does, and without it this one pass set the whole run's peak (Llama 2 70B LoRA on 4 x H200: 3.25
-    GiB a kept block against 1.41 in the steps after; ACL 54 ran out of memory here, and only here)."""
+    GiB a kept block against 1.41 in the steps after, enough to run out of memory here at an ACL the steps
+    fit)."""
     if not needs_calibration(model):
         return False
     cpu_rng = torch.get_rng_state()
@@ -224,24 +230,35 @@ def calibrate(
 
 def apply_fp8(model: nn.Module, settings: Fp8Settings | None) -> Fp8:
     """Swap the blocks' linear layers for FP8 ones: Transformer Engine's (delayed scaling, HYBRID format,
-    amax history 4, most recent: AMD's and NVIDIA's recipe), torchao's float8 training (dynamic
-    `settings.recipe` scaling) or ours (`native`). None: FP8 off, nothing changed."""
+    `settings.amax_history` and `amax_algo`: AMD's and NVIDIA's recipe is 4, most recent), torchao's float8
+    training (dynamic `settings.recipe` scaling) or ours (`native`, delayed scaling with the same amax
+    settings). None: FP8 off, nothing changed."""
     if settings is None:
         return Fp8()
     backend = choose_backend(settings.backend)
     if backend == "te":
-        return _apply_te(model)
+        return _apply_te(model, settings)
     if backend == "native":
         return _apply_native(model, settings)
     return _apply_torchao(model, settings)
 
 
+def amax_description(settings: Fp8Settings) -> str:
+    """How delayed scaling picks each cast's amax, as FP8_AMAX_ALGO and FP8_AMAX_HISTORY say."""
+    if settings.amax_algo == "max" and settings.amax_history > 1:
+        return f"amax the max of the last {settings.amax_history} steps"
+    return f"amax the most recent (history {settings.amax_history}, most_recent)"
+
+
 def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     triton, casts_chosen = casts.choose_casts(settings.casts)
-    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton))
+    # most_recent needs no history: the last step's amax is the one each cast keeps anyway
+    history = settings.amax_history if settings.amax_algo == "max" and settings.amax_history > 1 else 0
+    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history))
     linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
     parts = [
-        f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, casts in {casts_chosen})",
+        f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, {amax_description(settings)}, casts in "
+        f"{casts_chosen})",
         f"{swapped} linear layers",
     ]
     if settings.gather_in_fp8:
@@ -251,7 +268,7 @@ def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     return Fp8("native", ", ".join(parts), weights_changed=gather.precompute_weight_scales)
 
 
-def _apply_te(model: nn.Module) -> Fp8:
+def _apply_te(model: nn.Module, settings: Fp8Settings) -> Fp8:
     import transformer_engine.pytorch as te
     from transformer_engine.common.recipe import DelayedScaling, Format
 
@@ -271,10 +288,12 @@ def _apply_te(model: nn.Module) -> Fp8:
         return new
 
     swapped = _swap_linears(model, te_linear)
-    recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=4, amax_compute_algo="most_recent")
+    recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=settings.amax_history,
+                            amax_compute_algo=settings.amax_algo)  # fmt: skip
     return Fp8(
         "te",
-        f"transformer_engine delayed scaling HYBRID, {swapped} linear layers",
+        f"transformer_engine delayed scaling HYBRID, amax history {settings.amax_history} "
+        f"{settings.amax_algo}, {swapped} linear layers",
         lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe),
     )
 
@@ -299,8 +318,10 @@ def _apply_torchao(model: nn.Module, settings: Fp8Settings) -> Fp8:
             precompute_float8_dynamic_scale_for_fsdp(m)
 
     gathered = ", FP8 all-gather" if precompute else ""
+    # torchao scales each cast by its tensor's current amax: no history to choose from
     return Fp8(
         "torchao",
-        f"torchao float8 {settings.recipe}{gathered}, {swapped} linear layers",
+        f"torchao float8 {settings.recipe}{gathered}, {swapped} linear layers (dynamic scaling: "
+        f"FP8_AMAX_HISTORY={settings.amax_history} and FP8_AMAX_ALGO={settings.amax_algo} do not apply)",
         weights_changed=after_step,
     )

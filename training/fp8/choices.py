@@ -8,3 +8,4 @@ of the code, the import order is Python's.)
 BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND
 RECIPES = ("tensorwise", "rowwise")  # FP8_RECIPE (torchao)
 CASTS = ("auto", "pytorch")  # FP8_CASTS (native)
+AMAX_ALGOS = ("most_recent", "max")  # FP8_AMAX_ALGO (delayed scaling: native, te)

@@ -113,8 +113,8 @@ class _Fp8GatheredWeight(torch.Tensor):
 def local_data(t: torch.Tensor) -> torch.Tensor:
     """The plain tensor under a DTensor (its local shard), under an `_Fp8GatheredWeight` and under torchao's
     FP8 all-gather wrapper (`WeightWithDynamicFloat8CastTensor`, its `_tensor`: a wrapper subclass has no
-    storage of its own, `data_ptr()` 0, and a Triton kernel handed it read address 0: the illegal memory
-    access of `ours-torchao` on 4 x H200, 2026-11-27)."""
+    storage of its own, `data_ptr()` 0, and a Triton kernel handed it reads address 0: an illegal memory
+    access under FSDP2 with torchao's FP8 all-gather)."""
     if isinstance(t, DTensor):
         t = t._local_tensor
     if isinstance(t, _Fp8GatheredWeight):

@@ -54,9 +54,22 @@ def _transposed(kept: torch.Tensor, stored: bool) -> torch.Tensor:
 
 def _commit(pairs) -> None:
     """In a backward: each input amax recorded by its forward (`next`) becomes the one the next forward
-    casts with."""
-    for amax, recorded in pairs:
+    casts with (through its history, when it has one: `_fold`)."""
+    for amax, recorded, history in pairs:
         amax.copy_(recorded)
+        _fold(amax, history)
+
+
+def _fold(amax: torch.Tensor, history: torch.Tensor | None) -> None:
+    """With an amax history (FP8_AMAX_ALGO=max and FP8_AMAX_HISTORY > 1): `amax`, just recorded, enters the
+    window of the last len(history) recorded amaxes, and becomes their maximum, the amax the next cast scales
+    by (Transformer Engine's delayed scaling with amax_compute_algo "max"). Without one (None): nothing, the
+    next cast scales by the most recent amax (TE's "most_recent", whatever the history's length)."""
+    if history is None:
+        return
+    history.copy_(torch.roll(history, 1))
+    history[0] = amax
+    amax.copy_(history.max())
 
 
 _CALIBRATING = False  # set by `calibrating()`: the linears compute in bf16 and record their amaxes
@@ -110,7 +123,8 @@ class _Fp8Matmul(torch.autograd.Function):
     gradient (none for a frozen weight), w's for the input gradient."""
 
     @staticmethod
-    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton):
+    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton,
+                x_hist=None, g_hist=None):  # fmt: skip
         x_scale = scale_of(x_amax, E4M3_MAX)
         x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None,
                                  True, triton, transpose=ctx.needs_input_grad[1])  # fmt: skip
@@ -124,7 +138,8 @@ class _Fp8Matmul(torch.autograd.Function):
         ctx.stored = w8t is None
         # not saved for backward: that would check its version, which another micro-batch's backward may
         # change in between (a pipeline's 1F1B order runs two forwards before their backwards)
-        ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next)] if update_x_amax else []
+        ctx.g_amax, ctx.commit = g_amax, [(x_amax, x_amax_next, x_hist)] if update_x_amax else []
+        ctx.g_hist = g_hist
         ctx.dtypes, ctx.triton = (x.dtype, w.dtype, None if b is None else b.dtype), triton
         return y
 
@@ -136,6 +151,7 @@ class _Fp8Matmul(torch.autograd.Function):
         g8, g8t = cast_transpose(
             g, g_scale, torch.float8_e5m2, g_amax, triton=ctx.triton, transpose=ctx.needs_input_grad[1]
         )
+        _fold(g_amax, ctx.g_hist)
         g_inv = g_scale.reciprocal()
         dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
         dw = db = None
@@ -144,7 +160,7 @@ class _Fp8Matmul(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             db = g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         _commit(ctx.commit)
-        return dx, dw, db, None, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None, None, None
 
 
 class _Fp8MLP(torch.autograd.Function):
@@ -157,12 +173,12 @@ class _Fp8MLP(torch.autograd.Function):
     Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
     recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
     and the gradients' of y, up and gate (updated by the backward). `w*_gathered`: the scales of weights
-    all-gathered in FP8, or None."""
+    all-gathered in FP8, or None. `*_hist`: the amax histories of the same five (`_fold`), or None."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
                 dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
-                triton):  # fmt: skip
+                triton, x_hist=None, h_hist=None, dy_hist=None, dup_hist=None, dgate_hist=None):  # fmt: skip
         x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
         # frozen weights (LoRA's base) need no weight gradients: no transposed copies are written for them
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
@@ -188,7 +204,8 @@ class _Fp8MLP(torch.autograd.Function):
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
         ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale)
         ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
-        ctx.commit = [(x_amax, x_amax_next), (h_amax, h_amax_next)] if update_amax else []
+        ctx.g_hist = (dy_hist, dup_hist, dgate_hist)
+        ctx.commit = [(x_amax, x_amax_next, x_hist), (h_amax, h_amax_next, h_hist)] if update_amax else []
         ctx.dtypes = (
             x.dtype,
             w_up.dtype,
@@ -209,6 +226,8 @@ class _Fp8MLP(torch.autograd.Function):
         dy8, dy8t = cast_transpose(
             dy, dy_scale, torch.float8_e5m2, dy_amax, triton=ctx.triton, transpose=needs[4]
         )
+        dy_hist, dup_hist, dgate_hist = ctx.g_hist
+        _fold(dy_amax, dy_hist)
         dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
         dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
         dw_down = dw_up = dw_gate = db_up = db_down = None
@@ -220,6 +239,9 @@ class _Fp8MLP(torch.autograd.Function):
         dup8, dup8t, *rest = act_backward_cast_transpose(
             dh, up, gate, *scales, *amaxes, ctx.triton, transpose=needs[1] or needs[3]
         )
+        _fold(dup_amax, dup_hist)
+        if gate is not None:
+            _fold(dgate_amax, dgate_hist)
         dup_inv = dup_scale.reciprocal()
         dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
         if needs[1]:
@@ -232,7 +254,7 @@ class _Fp8MLP(torch.autograd.Function):
             if needs[3]:
                 dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
-        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 12
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 17
 
 
 class Fp8Linear(nn.Linear):
@@ -240,19 +262,24 @@ class Fp8Linear(nn.Linear):
     buffers start at the formats' maxima, so the first step casts with scale 1, as Transformer Engine. A model
     built on the meta device calls `reset_amax` once materialized (`to_empty` leaves buffers unset). Under
     FSDP2 its weight may be all-gathered in FP8 (`gather.gather_weights_in_fp8`). `triton`: its casts run
-    in Triton on GPU tensors (`casts.choose_casts`)."""
+    in Triton on GPU tensors (`casts.choose_casts`). `history` > 0: its input's and gradient's casts scale by
+    the largest amax of the last `history` steps (`_fold`; buffers `x_amax_history`, `g_amax_history`), not
+    by the most recent one."""
 
     gathers_fp8 = False  # its weight is an `_Fp8GatheredWeight`, scaled by the `w_scale` buffer
     stores_fp8 = False  # its (frozen) weight is stored as e4m3 codes, scaled by the `w_scale` buffer
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, triton: bool = False) -> Fp8Linear:
+    def from_linear(cls, linear: nn.Linear, triton: bool = False, history: int = 0) -> Fp8Linear:
         new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         new.weight, new.bias, new.triton = linear.weight, linear.bias, triton
         device = linear.weight.device
         new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("x_amax_next", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("g_amax", torch.tensor(E5M2_MAX, device=device), persistent=False)
+        for name in ("x_amax_history", "g_amax_history"):  # zeros: an amax is never below
+            window = torch.zeros(history, device=device) if history > 0 else None
+            new.register_buffer(name, window, persistent=False)
         new.calibrated = False  # the amaxes are the formats' maxima until `calibrate` measures them
         return new
 
@@ -261,12 +288,16 @@ class Fp8Linear(nn.Linear):
         self.x_amax.fill_(E4M3_MAX)
         self.x_amax_next.fill_(E4M3_MAX)
         self.g_amax.fill_(E5M2_MAX)
+        for history in (self.x_amax_history, self.g_amax_history):
+            if history is not None:
+                history.zero_()
         self.calibrated = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.weight, DTensor):
             return self._forward_tensor_parallel(x)
-        return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax)
+        return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax,
+                            self.x_amax_history, self.g_amax_history)  # fmt: skip
 
     def gathered_scale(self) -> torch.Tensor | None:
         """The scale its weight was all-gathered or stored in FP8 with (None: a plain weight, cast here)."""
@@ -285,7 +316,7 @@ class Fp8Linear(nn.Linear):
         self.register_buffer("w_scale", scale, persistent=False)
         self.stores_fp8 = True
 
-    def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax):
+    def _matmul(self, x, w, b, x_amax, x_amax_next, g_amax, x_hist=None, g_hist=None):
         flat = x.reshape(-1, x.shape[-1])
         if _CALIBRATING:
             y = _CalibrationMatmul.apply(flat, self._bf16_weight(w), b, x_amax, x_amax_next, g_amax)
@@ -293,7 +324,17 @@ class Fp8Linear(nn.Linear):
         # the amax follows training forwards only (not evaluation, nor other no-grad forwards)
         training = self.training and torch.is_grad_enabled()
         y = _Fp8Matmul.apply(
-            flat, w, b, x_amax, x_amax_next, g_amax, training, self.gathered_scale(), self.triton
+            flat,
+            w,
+            b,
+            x_amax,
+            x_amax_next,
+            g_amax,
+            training,
+            self.gathered_scale(),
+            self.triton,
+            x_hist,
+            g_hist,
         )
         return y.view(*x.shape[:-1], -1)
 
@@ -321,7 +362,7 @@ class Fp8Linear(nn.Linear):
         grad = [Shard(x.ndim - 1)] if row_parallel else [Partial()]
         b = None if self.bias is None else self.bias.to_local()
         # parallelize_module made the amax buffers replicated DTensors: each rank keeps its own values
-        buffers = self.x_amax, self.x_amax_next, self.g_amax
+        buffers = self.x_amax, self.x_amax_next, self.g_amax, self.x_amax_history, self.g_amax_history
         amax = [a.to_local() if isinstance(a, DTensor) else a for a in buffers]
         y = self._matmul(x.to_local(grad_placements=grad), w.to_local(), b, *amax)
         out = [Partial()] if row_parallel else [Shard(y.ndim - 1)]
@@ -354,8 +395,10 @@ class FusedFp8MLP(nn.Module):
         training = down.training and torch.is_grad_enabled()
         w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
         # gate's x_amax and x_amax_next, the same input as up's, stay unused
+        dgate_hist = None if gate is None else gate.g_amax_history
         y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
                           up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
                           training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
-                          down.gathered_scale(), down.triton)  # fmt: skip
+                          down.gathered_scale(), down.triton, up.x_amax_history, down.x_amax_history,
+                          down.g_amax_history, up.g_amax_history, dgate_hist)  # fmt: skip
         return y.view(*x.shape[:-1], -1)

@@ -1,13 +1,15 @@
 """The Llama 2 70B LoRA fine-tuning run's settings, read once from the sourced config.
 
 Names are AMD's and NVIDIA's (`LR`, `MAX_STEPS`, `MINIBS`, `MBS`, `SKIP_EVALS`, `VAL_CHECK_INTERVAL`,
-`LORA_DIM`, `LORA_ALPHA`, `LORA_DROPOUT`, `WEIGHT_DECAY`, `GRADIENT_CLIP_VAL`, `MAX_SEQLEN`, `FP8`, `ACL`),
-with the defaults of their recipe (`../shared/reference/amd_submission.md` B5, B7): GBS = MINIBS x GPUs (8 on
-one node), AdamW 0.9 / 0.999 / 1e-8, weight decay 1e-4, clip 0.3, cosine from LR to 0 over MAX_STEPS without
-warm-up, LoRA rank 16, alpha 32, dropout 0.1 on the fused q|k|v and output projections of every block. The
-first evaluation comes after (SKIP_EVALS + 1) x VAL_CHECK_INTERVAL samples, then one every VAL_CHECK_INTERVAL
-samples, over the whole validation set. Changing what the closed rules fix (the target, the sequence length,
-the rank, the model) is logged as not a valid MLPerf result.
+`LORA_DIM`, `LORA_ALPHA`, `LORA_DROPOUT`, `WEIGHT_DECAY`, `GRADIENT_CLIP_VAL`, `MAX_SEQLEN`, `FP8`, `ACL`,
+`WARMUP_RATIO`, `MIN_LR`, `TP`, `PP`, `CP`), with the defaults of their recipe (their NeMo yaml,
+`megatron_gpt_peft_tuning_config.yaml`): GBS = MINIBS x GPUs / (TP x PP x CP) (8 on one node), AdamW 0.9 /
+0.999 / 1e-8, weight decay 1e-4, clip 0.3, NeMo's CosineAnnealing from LR to MIN_LR (0) over MAX_STEPS
+after a linear warm-up of int(WARMUP_RATIO x MAX_STEPS) steps (none), LoRA rank 16, alpha 32, dropout 0.1 on
+the fused q|k|v and output projections of every block. The first evaluation comes after (SKIP_EVALS + 1) x
+VAL_CHECK_INTERVAL samples, then one every VAL_CHECK_INTERVAL samples, over the whole validation set.
+Changing what the closed rules fix (the target, the sequence length, the rank, the model) is logged as not a
+valid MLPerf result.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from training.fp8 import Fp8Settings
 from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
 from training.llama.checkpoint import shape_from_hf_config
 from training.llama.model import PRESETS, LlamaShape
+from training.llama.optim import cosine_with_warmup
 from training.llama.parallel import Features, Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
 from training.lora import LoraSettings
@@ -30,7 +33,6 @@ from training.lora.fused import KERNEL_CHOICES
 BENCHMARK = benchmarks.BENCHMARKS["llama2_70b_lora"]
 ADAMW_BETAS = (0.9, 0.999)
 ADAMW_EPS = 1e-8
-LR_SCHEDULE = "cosine to 0, no warm-up"
 OFFICIAL = {"target": BENCHMARK.target, "max_seq_length": 8192, "lora_rank": 16}
 
 
@@ -46,17 +48,40 @@ class LoraConfig(LlamaRunSettings):
         "INIT_CHECKPOINT", "model", help="'model': load MODEL's weights; 'none': random base weights (perf)"
     )
     minibs: int = var(
-        "MINIBS", help="sequences per GPU per optimizer step (GBS = MINIBS x GPUs)", bounds="> 0"
+        "MINIBS",
+        help="sequences per data-parallel rank per optimizer step (GBS = MINIBS x GPUs / (TP x PP x CP))",
+        bounds="> 0",
     )
     micro_batch_size: int = var(
         "MBS", 1, help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",), bounds="> 0"
     )
     lr: float = var(
-        "LR", help="peak learning rate (cosine to 0 over MAX_STEPS)", aliases=("MAX_LR",), bounds="> 0"
+        "LR",
+        4e-4,
+        help="peak learning rate (cosine to MIN_LR over MAX_STEPS); AMD's and NVIDIA's yaml default",
+        aliases=("MAX_LR",),
+        bounds="> 0",
     )
     max_steps: int = var(
         "MAX_STEPS", 1024, help="optimizer steps: the LR horizon and the run's limit", bounds="> 0"
     )
+    warmup_ratio: float = var(
+        "WARMUP_RATIO",
+        0.0,
+        help="linear warm-up over int(WARMUP_RATIO x MAX_STEPS) steps (NeMo's CosineAnnealing warmup_ratio)",
+        bounds="[0, 1)",
+    )
+    min_lr: float = var("MIN_LR", 0.0, help="the cosine's floor, reached at MAX_STEPS", bounds=">= 0")
+    # AMD's and NVIDIA's model-parallel split: GBS counts MINIBS per data-parallel rank of theirs
+    tp: int = var(
+        "TP",
+        1,
+        help="NVIDIA's tensor-parallel size, for the batch arithmetic only: LoRA here is FSDP2 over every "
+        "GPU, each taking GBS / GPUs sequences",
+        bounds="> 0",
+    )
+    pp: int = var("PP", 1, help="NVIDIA's pipeline-parallel size, as TP", bounds="> 0")
+    cp: int = var("CP", 1, help="NVIDIA's context-parallel size, as TP", bounds="> 0")
     skip_evals: int | None = var(
         "SKIP_EVALS",
         None,
@@ -106,8 +131,12 @@ class LoraConfig(LlamaRunSettings):
         problems = self.shared_problems()
         if problems:  # the checks below divide by these numbers
             raise ConfigError("; ".join(problems))
-        if self.minibs % self.micro_batch_size:
+        if self.model_parallel() == 1 and self.minibs % self.micro_batch_size:
             problems.append(f"MINIBS={self.minibs} is not a multiple of MBS={self.micro_batch_size}")
+        if self.min_lr > self.lr:
+            problems.append(
+                f"MIN_LR={self.min_lr} is above LR={self.lr} (NeMo's CosineAnnealing refuses it too)"
+            )
         if self.checkpoint_layers is not None and not self.activation_checkpointing:
             problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1")
         if self.keep_attention and not self.activation_checkpointing:
@@ -125,12 +154,47 @@ class LoraConfig(LlamaRunSettings):
             raise ConfigError("; ".join(problems))
 
     # ---- derived values ----
+    def model_parallel(self) -> int:
+        """TP x PP x CP: the GPUs that share each sequence in NVIDIA's layout."""
+        return self.tp * self.pp * self.cp
+
     def global_batch_size(self, world_size: int) -> int:
-        return self.minibs * world_size
+        """MINIBS x data-parallel ranks, as AMD's and NVIDIA's yaml: MINIBS x GPUs / (TP x PP x CP)."""
+        return self.minibs * (world_size // self.model_parallel())
 
     def parallelism(self, world_size: int) -> Parallelism:
-        """FSDP2 over every GPU (no TP, PP or CP with LoRA): GBS = MINIBS x world, MINIBS / MBS forwards."""
-        return layout(world_size, 1, 1, 1, self.global_batch_size(world_size), self.micro_batch_size)
+        """FSDP2 over every GPU (no TP, PP or CP with LoRA): each GPU takes GBS / world sequences per step,
+        in forwards of MBS. NVIDIA's TP/PP/CP only set GBS; a GBS smaller than the world, which their split
+        spreads each sequence over, cannot be laid out here."""
+        split, gbs = self.model_parallel(), self.global_batch_size(world_size)
+        if world_size % split:
+            raise ConfigError(f"TP x PP x CP = {self.tp} x {self.pp} x {self.cp} = {split} does not divide "
+                              f"the world size {world_size} (DGXNNODES x DGXNGPU)")  # fmt: skip
+        if split > 1 and gbs % world_size:
+            raise ConfigError(
+                f"GBS = MINIBS x GPUs / (TP x PP x CP) = {self.minibs} x {world_size} / {split} = {gbs} "
+                f"sequences on {world_size} GPUs: NVIDIA's TP={self.tp} PP={self.pp} CP={self.cp} spread "
+                f"each "
+                "sequence over several GPUs, but LoRA here is FSDP2 over every GPU (no TP, PP or CP), which "
+                "needs a whole number of sequences per GPU; this recipe needs fewer GPUs here (GBS or a "
+                "divisor of it)"
+            )
+        return layout(world_size, 1, 1, 1, gbs, self.micro_batch_size)
+
+    def warmup_steps(self) -> int:
+        """NeMo's int(warmup_ratio x max_steps)."""
+        return int(self.warmup_ratio * self.max_steps)
+
+    def lr_schedule(self) -> str:
+        """The schedule as logged (opt_learning_rate_decay_schedule)."""
+        warmup = self.warmup_steps()
+        ramp = f"linear warm-up of {warmup} steps" if warmup else "no warm-up"
+        return f"cosine to {self.min_lr:g}, {ramp}"
+
+    def learning_rate(self, step: int) -> float:
+        """The LR of optimizer step `step` (from 0): NeMo's CosineAnnealing (constant_steps 0), as AMD's and
+        NVIDIA's yaml configure it."""
+        return cosine_with_warmup(step, self.lr, self.warmup_steps(), self.max_steps, self.min_lr)
 
     def scale_problems(self, world_size: int | None = None) -> list[str]:
         problems = super().scale_problems(world_size)
@@ -165,7 +229,9 @@ class LoraConfig(LlamaRunSettings):
         fp8_settings = None
         if self.fp8:
             fp8_settings = Fp8Settings(backend=self.fp8_backend, gather_in_fp8=self.fp8_param_gather,
-                                       fuse_mlp=FP8_MLP, casts=self.fp8_casts)  # fmt: skip
+                                       fuse_mlp=FP8_MLP, casts=self.fp8_casts,
+                                       amax_history=self.fp8_amax_history,
+                                       amax_algo=self.fp8_amax_algo)  # fmt: skip
         features = Features(
             fp8=fp8_settings,
             lora=LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel),

@@ -20,7 +20,7 @@ from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
-from training.llama import optim, parallel
+from training.llama import parallel
 from training.llama.build import build_run
 from training.llama.step import evaluate_batches, train_step, warm_up
 from training.llama2_70b_lora import data
@@ -28,7 +28,6 @@ from training.llama2_70b_lora.config import (
     ADAMW_BETAS,
     ADAMW_EPS,
     BENCHMARK,
-    LR_SCHEDULE,
     LoraConfig,
     is_llama2_70b,
 )
@@ -73,7 +72,7 @@ def main() -> outcome.Outcome:
     validation = functools.cache(lambda: data.eval_batches(valid_rows, info.rank, info.world_size))
 
     def one_step(index: int) -> StepResult:
-        lr = optim.cosine_with_warmup(index, cfg.lr, 0, cfg.max_steps, 0.0)
+        lr = cfg.learning_rate(index)
         micro = [data.micro_batch(train_rows, rows) for rows in sampler.step(index)]
         loss, grad_norm = train_step(step, micro, lr)
         return StepResult(loss, lr, grad_norm)
@@ -96,7 +95,8 @@ def log_hyperparameters(
     official_model: bool,
 ) -> None:  # fmt: skip
     """Every key closed_llama2_70b_lora.yaml (5.1.0) requires, with the sizes AMD and NVIDIA log
-    (`train_samples`, `eval_samples`: the rows of each file), the optimizer's fixed values and the target."""
+    (`train_samples`, `eval_samples`: the rows of each file), the optimizer's fixed values and the target;
+    `lora_alpha` a whole number where it is one, as both log it."""
     mllog.hyperparameters({
         constants.GLOBAL_BATCH_SIZE: gbs,
         constants.GRADIENT_ACCUMULATION_STEPS: par.grad_accum,
@@ -105,15 +105,15 @@ def log_hyperparameters(
         constants.MAX_SEQUENCE_LENGTH: cfg.seq_length,
         constants.OPT_NAME: "adamw",
         constants.OPT_BASE_LR: cfg.lr,
-        constants.OPT_LR_WARMUP_FACTOR: 0.0,
+        constants.OPT_LR_WARMUP_FACTOR: cfg.warmup_ratio,
         constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
-        constants.OPT_LR_DECAY_SCHEDULE: LR_SCHEDULE,
+        constants.OPT_LR_DECAY_SCHEDULE: cfg.lr_schedule(),
         constants.OPT_ADAMW_BETA_1: ADAMW_BETAS[0],
         constants.OPT_ADAMW_BETA_2: ADAMW_BETAS[1],
         constants.OPT_ADAMW_EPSILON: ADAMW_EPS,
         constants.OPT_ADAMW_WEIGHT_DECAY: cfg.weight_decay,
         constants.OPT_GRADIENT_CLIP_NORM: cfg.clip_norm,
-        constants.LORA_ALPHA: cfg.lora_alpha,
+        constants.LORA_ALPHA: int(cfg.lora_alpha) if cfg.lora_alpha.is_integer() else cfg.lora_alpha,  # 32
         "lora_rank": cfg.lora_rank,
         "lora_dropout": cfg.lora_dropout,
         "target_accuracy": cfg.target,

@@ -10,6 +10,7 @@ size, target) are, and a run that changes them is logged as not a valid MLPerf r
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ class LlamaPretrainConfig(LlamaRunSettings):
     BENCHMARK = BENCHMARK  # its row of the table: the shared checks read its name and ruleset
     # (the third number of AMD's and NVIDIA's Llama config names is not MBS: MI355X_1x8x1 has MBS 2)
     datadir: Path = var("DATADIR", help="folder with the preprocessed C4 .bin/.idx files")
+    model_dir: Path | None = var(
+        "MODEL",
+        None,
+        help="AMD's model folder (mounted at /model, as AMD's run_with_docker.sh does): the tokenizer the C4 "
+        "data was made with; its vocabulary is checked against the model's (the data is already tokenized "
+        "and training starts from random weights, as AMD's and NVIDIA's 8B)",
+    )
     gbs: int = var("GBS", help="sequences per optimizer step", aliases=("GLOBAL_BATCH_SIZE",), bounds="> 0")
     micro_batch_size: int = var(
         "MBS", help="sequences per GPU per forward", aliases=("MICRO_BATCH_SIZE",), bounds="> 0"
@@ -81,7 +89,8 @@ class LlamaPretrainConfig(LlamaRunSettings):
     max_samples_termination: int | None = var(
         "MAX_SAMPLES_TERMINATION",
         None,
-        help="end the run 'aborted' after this many samples (default MAX_STEPS x GBS)",
+        help="end the run 'aborted' after this many samples (default MAX_STEPS x GBS; AMD and NVIDIA set "
+        "none); the data order does not depend on it",
         bounds="> 0",
     )
     seq_length: int = var(
@@ -164,7 +173,8 @@ class LlamaPretrainConfig(LlamaRunSettings):
         if self.fp8:
             fp8_settings = Fp8Settings(backend=self.fp8_backend, recipe=self.fp8_recipe,
                                        gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP,
-                                       casts=self.fp8_casts)  # fmt: skip
+                                       casts=self.fp8_casts, amax_history=self.fp8_amax_history,
+                                       amax_algo=self.fp8_amax_algo)  # fmt: skip
         features = Features(
             fp8=fp8_settings,
             activation_checkpointing=self.activation_checkpointing,
@@ -193,6 +203,12 @@ class LlamaPretrainConfig(LlamaRunSettings):
 
     def max_train_steps(self) -> int:
         return min(self.max_steps, math.ceil(self.sample_limit() / self.gbs))
+
+    def index_samples(self) -> int:
+        """The training samples the dataset index is built for: MAX_STEPS x GBS, NeMo's num_train_samples
+        (PreTrainingDataModule.build; AMD's train.py sets it so). The number decides how many epochs of
+        shuffled documents the index holds, and so the order of the samples for a seed."""
+        return self.max_steps * self.gbs
 
     def eval_steps(self) -> tuple[int, int]:
         """(first, every): optimizer steps of the first evaluation and between evaluations, as AMD's
@@ -223,7 +239,28 @@ class LlamaPretrainConfig(LlamaRunSettings):
             "train": under_datadir(self.train_prefix),
             "valid": under_datadir(self.valid_prefix),
             "cache": cache,
+            "model": self.model_dir,
         }
+
+    def model_problems(self) -> list[str]:
+        """MODEL (when set): a folder, whose config.json (a Hugging Face model's, as AMD's download holds)
+        gives the vocabulary the model is built with."""
+        if self.model_dir is None:
+            return []
+        if not self.model_dir.is_dir():
+            return [f"MODEL={self.model_dir}: no such folder (AMD's model/tokenizer download)"]
+        config = self.model_dir / "config.json"
+        if not config.is_file():
+            return []
+        try:
+            vocab = json.loads(config.read_text()).get("vocab_size")
+        except (OSError, ValueError) as err:
+            return [f"MODEL={self.model_dir}: {config.name} cannot be read ({err})"]
+        have = self.model_shape().vocab_size
+        if vocab is not None and vocab != have:
+            return [f"MODEL={self.model_dir}: its config.json has vocab_size {vocab}, the model here {have}: "
+                    "not the tokenizer the C4 data was made with"]  # fmt: skip
+        return []
 
 
 def shape_problems(shape: LlamaShape, tp: int) -> list[str]:

@@ -2,8 +2,9 @@
 
 Seconds, not minutes: the config parses and its parallel layout fits DGXNNODES x DGXNGPU (and the launcher's
 world size), the validation file holds the EVAL_SAMPLES sequences the evaluation reads, the index cache
-folder is writable, FP8 has a backend, and the node has the GPUs the config asks for. (The data files'
-structure is checked by the data verifier the benchmark table names, which the preflight runs next.)
+folder is writable, FP8 has a backend, MODEL (when set) has the model's vocabulary, and the node has the GPUs
+the config asks for. (The data files' structure is checked by the data verifier the benchmark table names,
+which the preflight runs next.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def check(environ: Mapping[str, str]) -> list[str]:
     from training.fp8 import backend_problems
 
     problems += backend_problems(cfg.requested_precision(), cfg.fp8_backend)
+    problems += cfg.model_problems()
     return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 

@@ -1,9 +1,11 @@
 """Llama 3.1 8B pretraining on C4, MLPerf Training rules: `torchrun -m training.llama31_8b.train`.
 
-Setup: the training-sample index cache is built before `init_start` (untimed, as AMD's prepare_data.py);
-the model is built, parallelized and initialized between init_start and init_stop. The timed run trains
-from random weights, evaluates the validation log-perplexity every EVAL_EVERY samples on the first
-EVAL_SAMPLES validation sequences, and stops at TARGET (`success`) or after the sample limit (`aborted`).
+Setup: the training-sample index cache is built before `init_start` (untimed, as AMD's prepare_data.py),
+for MAX_STEPS x GBS samples as NeMo builds it, so that a seed gives NeMo's data order; the model is built,
+parallelized and initialized between init_start and init_stop. The timed run trains from random weights,
+evaluates the validation log-perplexity every EVAL_EVERY samples on the first EVAL_SAMPLES validation
+sequences, and stops at TARGET (`success`) or after MAX_STEPS (or MAX_SAMPLES_TERMINATION samples, where
+set: not in AMD's or NVIDIA's recipe) (`aborted`).
 A non-finite loss also ends the run `aborted`. How the run ended goes to LOGDIR/<RUN_TAG>.outcome.json and
 its exit status (training.common.outcome): 0 success, 1 aborted or crashed, 2 config, data or disk error.
 """
@@ -41,7 +43,7 @@ def main() -> outcome.Outcome:
     shape = spec.shape
     # untimed, before init_start: the shuffled training-sample index (rank 0 builds, others load)
     train_set = data.build_train_dataset(
-        paths["train"], cfg.seq_length, max_steps * cfg.gbs, seed, paths["cache"], shape.vocab_size
+        paths["train"], cfg.seq_length, cfg.index_samples(), seed, paths["cache"], shape.vocab_size
     )
     run = MLPerfRun(BENCHMARK, cfg, info, seed, "llama")
     log_hyperparameters(run.mllog, cfg, par)

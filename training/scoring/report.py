@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from training.common.console import METRICS
+
 
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
@@ -85,10 +87,11 @@ def plot_eval_accuracy(summary: dict, path: Path) -> None:
             ls="--",
             label=f"{'' if official else 'demo '}target {target}",
         )
+    metric = METRICS.get(summary["benchmark"], "eval_accuracy")
     ax.set(
         xlabel=f"samples ({summary['samples_key']})",
-        ylabel="eval_accuracy",
-        title=f"{summary['benchmark']}: eval accuracy per run"
+        ylabel=f"{metric} (eval_accuracy)",
+        title=f"{summary['benchmark']}: {metric} per run"
         + (f" (MLPerf's target {summary['official_target']} is off this scale)" if demo_only else ""),
     )
     ax.legend(fontsize="small")

@@ -99,7 +99,7 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
 
     def precision() -> contextlib.ExitStack:
         """bf16 through autocast in one process (FSDP2 casts otherwise); on GPUs, flash or efficient
-        attention: cuDNN's attention backward fails on FLUX's shapes (H100, torch 2.11, 2026-11-25)."""
+        attention: cuDNN's attention backward fails on FLUX's shapes (H100, torch 2.11)."""
         stack = contextlib.ExitStack()
         if on_gpu and mesh is None:
             stack.enter_context(torch.autocast("cuda", torch.bfloat16))

@@ -338,8 +338,7 @@ def main(argv: list[str]) -> int:
     """Exit status 0 done, 1 the model does not fit, 2 a flag or config error. Every rank finds the same
     config error: rank 0 says it (once, not once per rank), before anything is built. The other ranks wait
     up to `RANK0_GRACE_S` before they exit: torchrun stops every worker once one has exited, and a rank that
-    exited first stopped rank 0 before it had said anything (a CI run, 2026-11-27); rank 0's own exit ends the
-    wait."""
+    exits first would stop rank 0 before it has said anything; rank 0's own exit ends the wait."""
     world, local_ranks = launch_sizes()
     rank0 = os.environ.get("RANK", "0") == "0"
 
