@@ -39,7 +39,7 @@ class Pick:
     readme: bool = False  # also in README's table (the headline figures a user needs), where it is a claim
 
 
-DAY = "2026-11-27"
+DAY, DAY2 = "2026-11-27", "2026-11-28"
 LORA, LLAMA, SUITE = "Llama 2 70B LoRA step", "Llama 3.1 8B", "Throughput suite, Llama 3.1 8B"
 PEFT, TITAN = "HF + `peft`", "torchtitan 0.2.2"
 HEADLINE = (
@@ -52,6 +52,14 @@ HEADLINE = (
     Pick(f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
          "full depth, native FP8", f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
          "ours-fp8native-synceach", "ours-bf16-synceach", "ours, bf16, compiled"),
+    Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
+         "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
+         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_flash4.json", "ours-fp8native-synceach-flash4-bf16reduce",
+         "ours-fp8native-synceach-flash4", "ours, the same, float32 reduce-scatter", readme=True),
+    Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
+         "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
+         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_sdpa.json", "ours-fp8native-synceach-bf16reduce",
+         "ours-fp8native-synceach", "ours, the same, float32 reduce-scatter"),
     Pick(f"{LLAMA}, one micro-batch a step, full depth, native FP8, blocks kept gathered",
          f"{DAY}/bench_llama_32blocks_4xh200_keep.json", "ours-fp8native-keep", "ours-bf16-eager-torchadamw",
          "ours, bf16, eager"),
@@ -100,6 +108,9 @@ HEADLINE = (
     Pick(f"{LORA}, 40 of 80 blocks, native FP8, frozen weights stored in FP8 (`FP8_WEIGHTS=1`), every block "
          "recomputed", f"{DAY}/bench_lora_40blocks_h200_fp8w.json", "ours-fp8native-fp8w-ac", "peft-bf16-ac",
          PEFT),
+    Pick(f"{LORA}, all 80 blocks on ONE GPU, frozen weights stored in FP8, 40 blocks recomputed (ACL 40)",
+         f"{DAY2}/bench_lora_80blocks_1xh200_fp8w_acl_sdpa.json", "ours-fp8native-fp8w-ac40",
+         "ours-fp8native-fp8w-ac", "ours, every block recomputed"),
     Pick(f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",
          f"{DAY}/bench_lora_80blocks_4xh200_peft_ac24_flash4.json", "ours-fp8native-ac24", "peft-bf16-ac",
          f"{PEFT}, FSDP2", readme=True),

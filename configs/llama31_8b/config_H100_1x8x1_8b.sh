@@ -17,4 +17,8 @@ CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
 DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export RESHARD_AFTER_FORWARD=1 REDUCE_EACH_MICRO_BATCH=1
+# gradients reduce-scattered in bf16, as AMD's and NVIDIA's 8B submissions (grad_reduce_in_fp32=False); after
+# every micro-batch the sharded float32 gradients still accumulate in float32 (speed and loss parity of this
+# mode: perf/RESULTS.md)
+export GRAD_REDUCE_IN_FP32=0
 export MLPERF_SUBMISSION_PLATFORM=H100
