@@ -19,7 +19,6 @@ Prints a table per part last: median ms (CUDA events) and TFLOP/s counting only 
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import numpy as np
@@ -27,24 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from perf.bert_rows import ROWS, SEQ, packed_rows
-from perf.timing import time_steps
+from perf.lib.bert_rows import ROWS, SEQ, packed_rows
+from perf.lib.timing import table, timed
 from training.bert import data
 from training.bert.attention import block_diagonal_mask
-
-
-def timed(results, name, step, useful_flop):
-    try:
-        ms = statistics.median(time_steps(step, 3, 20, torch.device("cuda", torch.cuda.current_device())))
-        results.append((name, ms, f"{useful_flop / ms / 1e9:.0f}"))
-    except Exception as err:  # noqa: BLE001 - a backend that refuses these inputs is a result too
-        results.append((name, float("nan"), f"{type(err).__name__}: {str(err)[:100]}"))
-
-
-def table(title, results, unit="useful TFLOP/s"):
-    print(f"\n{title}\n| variant | ms | {unit} |\n|---|---|---|")
-    for name, ms, rate in results:
-        print(f"| {name} | {ms:.2f} | {rate} |")
 
 
 def ragged(flat, grad, cu, p):

@@ -2,28 +2,27 @@
 
     python -m perf.bench_bert [--variants hf,eager,compiled] [--steps 30] [--tiny] [--reference eager]
 
-Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8
-matmuls in the encoder layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native
-(our own delayed-scaling FP8 linear, training.fp8.native.Fp8Linear, each FFN fused into `FusedFp8MLP`),
+Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8 matmuls in the encoder
+layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native (our own
+delayed-scaling FP8 linear, training.fp8.native.Fp8Linear, each FFN fused into `FusedFp8MLP`),
 compiled_fp8native_unfused (the same, the FFN as two FP8 linears). In a compiled variant's name `_cudagraphs`
 adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs), `_maxautotune`
 mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels),
-`_bf16res` the residual stream in bf16 (the trainer's RESIDUAL_DTYPE=bf16);
-`variant:attention` runs it with that attention (e.g. compiled:sdpa_cudnn), else --attention's.
+`_bf16res` the residual stream in bf16 (the trainer's RESIDUAL_DTYPE=bf16); `variant:attention` runs it with
+that attention (e.g. compiled:sdpa_cudnn), else --attention's.
 
-Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's
-(1-3 sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast.
-Peer: transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocast, AdamW(fused=True),
-48 padded rows of one sequence each, MLM labels on 76 positions per row plus NSP.
-A sample is one unpacked sequence, as MLPerf counts. Times are CUDA-event medians after warm-up; inputs
-are random token ids (never zeros), rotated over a pool of batches. Prints a table last and writes JSON
-to $OUT/bench_bert.json when OUT is set.
+Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's (1-3
+sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast. Peer:
+transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocast, AdamW(fused=True), 48 padded rows
+of one sequence each, MLM labels on 76 positions per row plus NSP. A sample is one unpacked sequence, as
+MLPerf counts. Times are CUDA-event medians after warm-up; inputs are random token ids (never zeros), rotated
+over a pool of batches. Prints a table last and writes JSON to $OUT/bench_bert.json when OUT is set.
 
-Loss parity (`perf/parity.py`): each of our variants' per-step losses (every step, warm-up included) against
-the reference variant's (`--reference`, run first, added when not listed: eager bf16 with PyTorch's SDPA), on
-the same initial weights (one seed) and the same batches in the same order. The peer trains other batches
-(one unpadded sequence per row) with AdamW: its losses are recorded, not compared (`perf/curve_parity.py bert`
-compares Hugging Face's model with ours on the same weights, batches and LAMB).
+Loss parity (`perf/lib/parity.py`): each of our variants' per-step losses (every step, warm-up included)
+against the reference variant's (`--reference`, run first, added when not listed: eager bf16 with PyTorch's
+SDPA), on the same initial weights (one seed) and the same batches in the same order. The peer trains other
+batches (one unpadded sequence per row) with AdamW: its losses are recorded, not compared
+(`perf/curve_parity.py bert` compares Hugging Face's model with ours on the same weights, batches and LAMB).
 """
 
 from __future__ import annotations
@@ -41,10 +40,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from perf import parity, timing
-from perf.bert_rows import MAX_PRED, SEQ, packed_rows
-from perf.bert_rows import ROWS as DEFAULT_ROWS
-from perf.timing import print_profile
+from perf.lib import parity, timing
+from perf.lib.bert_rows import MAX_PRED, SEQ, packed_rows
+from perf.lib.bert_rows import ROWS as DEFAULT_ROWS
+from perf.lib.timing import print_profile
 from training.bert import data
 from training.bert.attention import choose_attention
 from training.bert.build import apply_compile, apply_data_parallel, autocast_context, fp8_settings

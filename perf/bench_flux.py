@@ -9,7 +9,7 @@ the GPU waits on the CPU), images/s and TFLOP/s per GPU (`flops.flux`), the peak
 kernels' sum can exceed the step), with `--cpu-profile N` the top N operators by CPU time over 2 steps.
 `--layers N`: N double and 2N single blocks (default: the full 19 / 38).
 
-Loss parity (`perf/parity.py`): unless `--no-reference`, the same model eager (no compile) runs the same
+Loss parity (`perf/lib/parity.py`): unless `--no-reference`, the same model eager (no compile) runs the same
 number of steps first, from the same weights (one seed) on the same inputs (one generator), and the timed
 run's per-step losses (every step, warm-up included) are checked against its. FLUX's flow-matching loss has no
 "uniform" value: the degenerate check is off, the tolerance is bf16's.
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf import parity
-from perf.timing import print_profile, time_steps
+from perf.lib import parity
+from perf.lib.timing import print_profile, time_steps
 from training.llama import parallel
 from training.throughput import flux
 from training.throughput.config import RunArgs, model_for

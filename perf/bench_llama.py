@@ -8,32 +8,32 @@
 Full Llama 3.1 8B (ours: training.llama.model.Llama through the trainer's own features and step,
 `parallel.apply_features` and `step.train_step`; peer: transformers.LlamaForCausalLM built from the same
 config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
-both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters,
-fp32 master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless
---no-compile, AdamW with clipping at 1.0, float32 cross-entropy on rows of the bundled Wikipedia excerpt
-(`batches`; ours: the trainer's loss, compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless
-`-torchadamw`) with the clip folded into its kernel, and the loss averaged over ranks as the trainer logs it;
-HF: eager, as its own loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is
-torchao float8 (`fp8`: tensorwise, FP8 all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP
-fused (`FusedFp8MLP`) unless `-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is
-forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is
-the largest max_memory_allocated over ranks, of the steps after the first (the first's apart:
-`first_step_peak_gib`). Model FLOPs count (printed with the results):
+both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters, fp32
+master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless --no-compile,
+AdamW with clipping at 1.0, float32 cross-entropy on rows of the bundled Wikipedia excerpt
+(`perf/lib/rows.py`; ours: the run of the 8B config (`perf/lib/variants.py`) built by `build_run`, the
+trainer's loss, compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless `-torchadamw`) with the
+clip folded into its kernel, and the loss averaged over ranks as the trainer logs it; HF: eager, as its own
+loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`:
+tensorwise, FP8 all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP fused (`FusedFp8MLP`)
+unless `-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is forward + backward + clip
++ optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
+max_memory_allocated over ranks, of the steps after the first (the first's apart: `first_step_peak_gib`).
+Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
-gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last
-and writes $OUT/bench_llama.json when OUT is set.
+gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last and
+writes $OUT/bench_llama.json when OUT is set.
 
-Loss parity (`perf/parity.py`): every variant's per-step losses against the reference variant's
+Loss parity (`perf/lib/parity.py`): every variant's per-step losses against the reference variant's
 (`--reference`, run first, added when not listed: ours in bf16, eager, torch's AdamW), all from the same
-initial weights (the peer's are ours: `parity.init_hf_like_ours`) and the same batches. A variant that fails
-prints "invalid" instead of its speed ratios.
+initial weights (the peer's are ours: `perf/lib/peers.py`) and the same batches. A variant that fails prints
+"invalid" instead of its speed ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -46,60 +46,30 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf import curve_parity, parity
-from perf.lib import variants
-from perf.timing import matmul_peak, print_profile, take_peak, time_steps, versions
+from perf.lib import parity, peers, shapes
+from perf.lib.rows import llama_batches
+from perf.lib.schedules import llama_lr
+from perf.lib.timing import matmul_peak, print_profile, take_peak, time_steps, versions
+from perf.lib.variants import LLAMA_MODIFIERS, llama_run, llama_variant
 from training.fp8 import apply_fp8
 from training.llama import optim, parallel
 from training.llama.build import build_run
-from training.llama.model import PRESETS, LlamaShape, cross_entropy
+from training.llama.model import PRESETS, LlamaShape
 from training.llama.step import train_step
-
-TINY = LlamaShape(
-    num_layers=2,
-    hidden_size=64,
-    ffn_hidden_size=192,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=512,
-    max_seq_length=128,
-)
-
-
-def build_hf(shape: LlamaShape):
-    """The peer, unmaterialized (meta): built, wrapped and sharded before any rank allocates its part."""
-    import transformers  # imported outside the meta-device context below
-
-    config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
-    with torch.device("meta"):
-        return transformers.LlamaForCausalLM(config)
-
-
-@torch.no_grad()
-def initialize_hf(model, shape: LlamaShape, device: torch.device) -> None:
-    """Our weights from the same seed (`parity.init_hf_like_ours`), and RoPE's buffer, allocated empty."""
-    parity.init_hf_like_ours(model, shape)
-    rotary = type(model.model.rotary_emb)
-    try:
-        fresh = rotary(config=model.config, device=device)  # transformers 4.x
-    except TypeError:
-        fresh = rotary(config=model.config)  # 5.x computes it on the CPU
-    model.model.rotary_emb = fresh.to(device)
 
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - set(variants.LLAMA_MODIFIERS)
+    unknown = set(modes) - set(LLAMA_MODIFIERS)
     if unknown:
         raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
-    sync_each = "synceach" in modes
     if precision == "fp8" and device.type != "cuda":
         return {"skipped": "torchao's FP8 needs a GPU"}
     torch.manual_seed(0)
     world = dist.get_world_size()
     layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
-    spec = variants.llama_variant(variants.llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
+    spec = llama_variant(llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
     ours = kind == "ours"
     if ours:  # the trainer's build, features and step (`training.llama.step.train_step`: its loss, compiled
         # with the blocks, and its clip, folded into the fused AdamW)
@@ -112,11 +82,11 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
             gather = fp8_settings.gather_in_fp8 and mesh is not None
             fp8_settings = replace(fp8_settings, fuse_mlp=None, gather_in_fp8=gather)
         param_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        model = build_hf(shape)
+        model = peers.hf_llama(shape)
         init_first = device.type != "cuda"  # as `build_run`: on the CPU the full weights, then shards
         if init_first:
             model.to_empty(device=device)
-            initialize_hf(model, shape, device)
+            peers.initialize_hf(model, shape, device)
         fp8 = apply_fp8(model, fp8_settings)
         if args.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -125,43 +95,29 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         parallel.apply_fsdp(model, mesh, param_dtype, spec.features.reshard_after_forward, reduce_dtype)
         if not init_first:
             model.to_empty(device=device)
-            initialize_hf(model, shape, device)
+            peers.initialize_hf(model, shape, device)
         fp8.weights_changed(model)
         model.train()
         optimizer, adamw = optim.build_optimizer(
             model, 1e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl="torch"
         )
-        params = [p for group in optimizer.param_groups for p in group["params"]]
         attention = "sdpa"
-        autocast = contextlib.nullcontext()
-        if mesh is None and device.type == "cuda":  # no FSDP bf16 parameters: bf16 through autocast
-            autocast = torch.autocast("cuda", torch.bfloat16)
-    it, losses = iter(batches(shape, args, device) * 100_000), []
+        # no FSDP bf16 parameters (one process on a GPU): bf16 through autocast
+        autocast = torch.autocast("cuda", torch.bfloat16) if mesh is None and device.type == "cuda" else None
+        peer_step = peers.hf_step(model, optimizer, clip=1.0, autocast=autocast, fp8=fp8,
+                                  sync_each="synceach" in modes, mean_over_ranks=True)  # fmt: skip
+    rows = llama_batches(32, args.mbs, args.seq, shape.vocab_size, device, dist.get_rank())
+    it, losses = iter(rows * 100_000), []
 
     def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(b[:, :-1], b[:, 1:]) for b in (next(it) for _ in range(args.accum))]
 
     def step():
+        lr = llama_lr(len(losses), 10)
         if ours:
-            loss, _ = train_step(trainer_step, micro_batches(), lr_at(len(losses)))
-            losses.append(loss)
-            return
-        total = 0.0
-        for micro, (tokens, labels) in enumerate(micro_batches()):  # FSDP2 reduce-scatters after the last
-            if args.accum > 1 and hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(sync_each or micro == args.accum - 1)
-            with autocast, fp8.forward_context():
-                loss = cross_entropy(model(input_ids=tokens, use_cache=False).logits, labels)
-            (loss / args.accum).backward()
-            total = total + loss.detach() / args.accum
-        dist.all_reduce(total)  # the mean over ranks, as ours logs it
-        losses.append(total / dist.get_world_size())
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(len(losses) - 1)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        fp8.weights_changed(model)
+            losses.append(train_step(trainer_step, micro_batches(), lr)[0])
+        else:
+            losses.append(peer_step(micro_batches(), lr))
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -207,43 +163,12 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     return result
 
 
-def lr_at(step: int, warmup: int = 10) -> float:
-    """The learning rate of step `step`: `perf/curve_parity.py llama`'s schedule (`curve_parity.lr_at`: 3e-5
-    after `warmup` warm-up steps, cosine over 50). At a constant 1e-4 from random weights the 4-block 8B went
-    12.6 -> 20.4 in three steps (H100), a chaotic stretch where per-step loss parity measures nothing; with
-    10 warm-up steps the full-depth 8B on 4 x H200 still spikes from step 7, hence
-    `perf/bench_throughput.py --lr-warmup`."""
-    return curve_parity.lr_at(step, curve_parity.LLAMA_LR, 50, warmup)
-
-
-def batches(shape, args, device, count: int = 32) -> list[torch.Tensor]:
-    """The rank's `count` micro-batches, trained in order (then again): consecutive rows of the bundled
-    Wikipedia excerpt (`perf.text`), other rows on each rank. Not random ids: the speed is the same, and a
-    model that memorises a few random batches reaches a loss near zero in a few steps, where per-step relative
-    loss parity measures nothing (0.02 against 0.03 is "50% off")."""
-    from perf import text
-
-    per_rank = count * args.mbs
-    ids = text.rows(text.wiki_ids(), per_rank, args.seq + 1, dist.get_rank() * per_rank * (args.seq + 1))
-    rows = torch.from_numpy(ids % shape.vocab_size).to(device)
-    return list(rows.view(count, args.mbs, args.seq + 1))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--variants",
-        default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-        help="<ours|hf>-<bf16|fp8|fp8native>[-compile|-eager][-keep][-unfused][-bf16gather][-synceach]"
-        "[-bf16reduce][-flash4][-torchadamw], "
-        "comma-separated "
-        "(keep: FSDP2 keeps the blocks gathered from forward to backward, RESHARD_AFTER_FORWARD=0; unfused: "
-        "fp8native's MLP as three FP8 linears, not `FusedFp8MLP`; bf16gather: FP8 weights all-gathered "
-        "in bf16 and cast after, FP8_PARAM_GATHER=0; torchadamw: torch's fused AdamW, ADAMW_IMPL=torch; "
-        "flash4: ours with FlashAttention-4, ATTENTION=flash4 (else PyTorch's SDPA); "
-        "synceach: with --accum, gradients reduce-scattered after every micro-batch, "
-        "REDUCE_EACH_MICRO_BATCH=1; bf16reduce: gradients reduce-scattered in bf16, GRAD_REDUCE_IN_FP32=0)",
-    )
+    modifiers = "; ".join(f"{name}: {what}" for name, what in LLAMA_MODIFIERS.items())
+    ap.add_argument("--variants", default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
+                    help=f"<ours|hf>-<bf16|fp8|fp8native>[-modifier...], comma-separated; modifiers: "
+                         f"{modifiers}")  # fmt: skip
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (128 with --tiny)")
@@ -275,8 +200,8 @@ def main() -> int:
         device = torch.device("cpu")
     dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    shape = TINY if args.tiny else PRESETS["8b"]
     args.seq = args.seq or (128 if args.tiny else 8192)
+    shape = shapes.tiny(PRESETS["8b"], 512, args.seq) if args.tiny else PRESETS["8b"]
     shape = shape.replace(max_seq_length=args.seq, num_layers=args.layers)
     mesh = parallel.build_mesh(device.type, world, 1)
     n = shape.num_params(include_embedding=False)
@@ -300,10 +225,10 @@ def main() -> int:
     }
     if rank == 0:
         print(f"{results['device']} x {world}, torch {torch.__version__}; {formula}", flush=True)
-    variants = args.variants.split(",")
-    if args.reference != "none" and args.reference not in variants:
-        variants.insert(0, args.reference)
-    for variant in variants:
+    names = args.variants.split(",")
+    if args.reference != "none" and args.reference not in names:
+        names.insert(0, args.reference)
+    for variant in names:
         try:
             r = bench(variant, shape, args, device, mesh)
         except torch.cuda.OutOfMemoryError as err:

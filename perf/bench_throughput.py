@@ -10,31 +10,31 @@ Ours: the suite's own workload (`training.throughput.llm.build`, what `train_fsd
 features and FP8 backend choice), one iteration per optimizer step. The peer: torchtitan 0.2.2 (the release
 for torch 2.11; 0.3.0 needs a newer torch), driven as its trainer drives itself: its Llama 3 `Transformer`
 built on the meta device from `TransformerModelArgs` of the same shape, its float8 converter (torchao
-tensorwise, the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile,
-FSDP2 over the ranks; autocast on one GPU), its fused AdamW, clip 1.0 and compiled cross-entropy,
-on the same random tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask
-(4096, as ours); Llama rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full
-width (the table says so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native
-FP8), `ours-torchao` (our step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with
-FlashAttention-4, `--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each
-step, as torchtitan's one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our
-step in bf16 (also for an FP8 row), eager, PyTorch's SDPA, autocast, every block recomputed in the backward
-(the same numbers; without it the eager step runs out of memory at full depth on 4 x H100), run
-first for each row unless `--peers` names it elsewhere or `--no-reference`.
+tensorwise, the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile, FSDP2
+over the ranks; autocast on one GPU), its fused AdamW, clip 1.0 and compiled cross-entropy, on the same random
+tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask (4096, as ours); Llama
+rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full width (the table says
+so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native FP8), `ours-torchao` (our
+step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with FlashAttention-4,
+`--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each step, as torchtitan's
+one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our step in bf16 (also for an
+FP8 row), eager, PyTorch's SDPA, autocast, every block recomputed in the backward (the same numbers; without
+it the eager step runs out of memory at full depth on 4 x H100), run first for each row unless `--peers` names
+it elsewhere or `--no-reference`.
 
-Loss parity (`perf/parity.py`): every variant of ours records its per-step losses (every step, from the
+Loss parity (`perf/lib/parity.py`): every variant of ours records its per-step losses (every step, from the
 first) on the same initial weights (one seed) and the same batches as the row's reference (an FP8 row's is the
 bf16 row's where that ran), and is checked against it. Ours and the reference train on `perf/bench_llama`'s
-batches and learning rates (its `batches` and `lr_at`: rows of the bundled Wikipedia excerpt, 3e-5 after 10
-warm-up steps, `--lr-warmup` to change), not on the suite's pool of random rows at its constant 1e-3: there
-the 8B memorised its one batch (12.6 to 0.001 in three steps on one H200 at 24 blocks) or, on 4 ranks,
-jumped about (12.6, 10.6, 12.4), and two runs of the same eager reference parted by 4%: per-step parity
-measured nothing.
-torchtitan draws its own weights (its init, its RoPE layout) and tokens (the suite's kind: random, one batch):
-its losses are recorded, checked only for a degenerate start.
+batches and learning rates (`perf/lib/rows.py` llama_batches, `perf/lib/schedules.py` llama_lr: rows of the
+bundled Wikipedia excerpt, 3e-5 after 10 warm-up steps, `--lr-warmup` to change), not on the suite's pool of
+random rows at its constant 1e-3: there the 8B memorised its one batch (12.6 to 0.001 in three steps on one
+H200 at 24 blocks) or, on 4 ranks, jumped about (12.6, 10.6, 12.4), and two runs of the same eager reference
+parted by 4%: per-step parity measured nothing. torchtitan draws its own weights (its init, its RoPE layout)
+and tokens (the suite's kind: random, one batch): its losses are recorded, checked only for a degenerate
+start.
 
-A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s
-per GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
+A step is forward + backward + clip + AdamW; times are CUDA-event medians on rank 0 after warm-up. TFLOP/s per
+GPU in both accountings of `training/throughput/flops.py` (ours and AMD's), for both peers from the same
 shape. Prints a table last; writes $OUT/bench_throughput.json after each variant when OUT is set.
 """
 
@@ -55,8 +55,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf import bench_llama, parity
-from perf.timing import print_profile, take_peak, time_steps
+from perf.lib import parity, shapes
+from perf.lib.rows import llama_batches
+from perf.lib.schedules import llama_lr
+from perf.lib.timing import print_profile, take_peak, time_steps
 from training.common.backends import importable
 from training.llama import parallel
 from training.llama.model import LlamaShape
@@ -71,14 +73,13 @@ ROWS = {  # row -> (config, MODEL_TYPE, FP8)
     "mistral-fp8": ("mistral-7b-v0.1.json", "mistral", True),
     "llama70b-bf16": ("llama-3.1-70b.json", "llama", False),
 }
-TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=192, num_heads=4, num_kv_heads=2, vocab_size=512)
 
 
 def shape_of(row: str, args) -> LlamaShape:
     config, model_type, _ = ROWS[row]
     shape = load_model(ROOT / "configs" / "throughput" / config, model_type).shape
     if args.tiny:
-        shape = shape.replace(**TINY, sliding_window=32 if shape.sliding_window else None)
+        shape = shapes.tiny(shape, 512, args.seq)
     return shape.replace(max_seq_length=args.seq, num_layers=args.layers)
 
 
@@ -93,8 +94,9 @@ def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, wor
                   activation_checkpointing=reference)  # fmt: skip
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
-    lr_at = functools.partial(bench_llama.lr_at, warmup=args.lr_warmup)
-    return workload.make_step(args.mbs, 1, lr_at, bench_llama.batches(shape, args, device)), workload.backends
+    lr_at = functools.partial(llama_lr, warmup=args.lr_warmup)
+    rows = llama_batches(32, args.mbs, args.seq, shape.vocab_size, device, dist.get_rank())
+    return workload.make_step(args.mbs, 1, lr_at, rows), workload.backends
 
 
 def import_torchtitan():

@@ -17,16 +17,17 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
   with the frozen base stored in FP8 (FP8_WEIGHTS).
 - llama: Llama 3.1 8B's width, `--layers` blocks, 4 rows of 2048 tokens a step; the reference is Hugging Face
   `LlamaForCausalLM` given our initial weights (float32 masters, bf16 autocast); AdamW (torch) with
-  betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 10 warm-up steps to `LLAMA_LR` then cosine.
+  betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 10 warm-up steps to 3e-5 then cosine.
   Ours: eager, compiled (the trainer's AdamW), native FP8, torchao's float8.
 - bert: BERT-Large, 32 rows of 128 tokens a step ([CLS] A [SEP] B [SEP], B the next text half the time, 15%
   of the tokens masked); the reference is Hugging Face `BertForPreTraining` with our LAMB (weight decay 0.01,
   not on biases and norms, clip 1.0), lr 1e-3 after 5 warm-up steps; ours starts from its weights
   (`from_hf_state_dict`): eager, compiled, native FP8.
 
-Verdict per variant (`TOLERANCE`): the largest relative difference of its per-step loss from the reference's,
-over all steps for bf16 variants, after the first `FP8_WARMUP` steps for FP8 ones (their delayed scaling
-learns its scales), and the mean over the last 10 steps. Model FLOPs are not counted: this is about numbers.
+Verdict per variant: the benches' one verdict and tolerance table (`perf/lib/parity.py`), over all steps for
+bf16 variants, after the first `FP8_WARMUP` steps for FP8 ones (their delayed scaling learns its scales); the
+table shows the largest relative difference of its per-step loss from the reference's and the mean over the
+last 10 steps. Model FLOPs are not counted: this is about numbers.
 """
 
 from __future__ import annotations
@@ -42,104 +43,48 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from perf import parity, text
-from perf.timing import versions
+from perf.lib import parity, peers, shapes
+from perf.lib.bert_rows import text_rows
+from perf.lib.rows import LoraRows, excerpt
+from perf.lib.schedules import LLAMA_LR, LORA_LR, lr_at
+from perf.lib.timing import versions
+from perf.lib.variants import curve_llama_variant, curve_lora_variant, llama_run, lora_run
+from training.llama.build import build_run
+from training.llama.model import PRESETS
+from training.llama.parallel import Parallelism
+from training.llama.step import train_step
 
-TOLERANCE = {"bf16": 0.01, "fp8": 0.03}  # per step, relative to the reference's loss
-# Llama 3.1 8B's peak learning rate here: at 3e-4 (5 warm-up steps) a 4-block model on 4 x 2048 tokens a step
-# jumps from 11.4 to 14-20 in its first steps (H100): a chaotic stretch where any two runs part
-LLAMA_LR = 3e-5
-FP8_WARMUP = 5
-
-
-def lr_at(step: int, peak: float, steps: int, warmup: int = 5) -> float:
-    from training.llama.optim import cosine_with_warmup
-
-    return cosine_with_warmup(step, peak, warmup, steps, peak / 10)
+FP8_WARMUP = 5  # FP8 curves are compared from this step: the first steps of delayed scaling learn its scales
+ONE_PROCESS = Parallelism(1, 1, 1, 1, 1, 1)
 
 
 # ---- Llama 2 70B LoRA ----
 
 
-def lora_batches(args, device, shape=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The excerpt's first `args.steps` rows of `args.seq` tokens, their first thirds unscored: the rows
-    `perf.bench_lora` trains on by default (`Rows`, stream)."""
-    from perf.bench_lora import Rows
-    from training.llama.model import PRESETS
-
-    shape = shape or PRESETS["70b"]
-    rows = Rows(shape, args.seq, device, 0, 1, "stream", ahead=args.steps)
-    return [rows(i) for i in range(args.steps)]
-
-
 def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5):
     """(model, one-step function) of the trainer's build and step at `shape`."""
-    from perf.lib import variants
-    from training.llama.build import build_run
-    from training.llama.parallel import Parallelism
-    from training.llama.step import train_step
-
-    base = variants.lora_run(shape, dropout=dropout)
-    spec = variants.curve_lora_variant(base, modes, device.type == "cuda")
-    model, step, _ = build_run(spec, device, None, Parallelism(1, 1, 1, 1, 1, 1))
-    return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, 4e-4, steps, warmup))[0]
+    spec = curve_lora_variant(lora_run(shape, dropout=dropout), modes, device.type == "cuda")
+    model, step, _ = build_run(spec, device, None, ONE_PROCESS)
+    return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, LORA_LR, steps, warmup))[0]
 
 
 def lora_peer(shape, ours, device, recompute: bool = False, warmup: int = 5):
-    """Hugging Face + peft with the q/k/v adapters sharing one A: `ours`' base weights and adapters
-    (`recompute`: Hugging Face's gradient checkpointing of every block)."""
-    import peft
-    import transformers
-
-    on_gpu = device.type == "cuda"
-    dtype = torch.bfloat16
-    config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
-    with torch.device(device):
-        model = transformers.LlamaForCausalLM(config).to(dtype)
-        # RoPE's inverse frequencies in float32, as ours (the cast above rounded them to bf16: at position
-        # 8000 that moved the angles enough to put the first loss 0.15-0.19% off ours on the same weights)
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=config).to(device)
-    base = {k: v for k, v in ours.state_dict().items() if "adapter" not in k}
-    hf_state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v for k, v in base.items()}
-    missing, unexpected = model.load_state_dict(hf_state, strict=False)
-    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
-    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
-                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
-    model = peft.get_peft_model(model, lora)
-    inner = model.base_model.model.model
-    for block, mine in zip(inner.layers, ours.layers):
-        attn, adapters = block.self_attn, mine.self_attn
-        a = torch.nn.Parameter(adapters.qkv_adapter.lora_a.weight.detach().float().clone())
-        b = adapters.qkv_adapter.lora_b.weight.detach().float()
-        sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
-        for proj, rows in zip((attn.q_proj, attn.k_proj, attn.v_proj), b.split(sizes)):
-            proj.lora_A["default"].weight = a  # one A for q, k and v: the fused adapter
-            proj.lora_B["default"].weight = torch.nn.Parameter(rows.clone())
-        attn.o_proj.lora_A["default"].weight = torch.nn.Parameter(
-            adapters.o_adapter.lora_a.weight.detach().float().clone()
-        )
-        attn.o_proj.lora_B["default"].weight = torch.nn.Parameter(
-            adapters.o_adapter.lora_b.weight.detach().float().clone()
-        )
-    if recompute:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
+    """Hugging Face + peft with the q/k/v adapters sharing one A (`peers.peft_fused_like`), AdamW (torch) over
+    the adapters, clip 0.3, bf16 autocast."""
+    model = peers.peft_fused_like(ours, shape, device, recompute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
-                                  fused=on_gpu)  # fmt: skip
-    return hf_llama_step(
-        model, optimizer, params, clip=0.3, lr=lambda i, steps: lr_at(i, 4e-4, steps, warmup)
-    )
+    optimizer = torch.optim.AdamW(params, lr=LORA_LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
+                                  fused=device.type == "cuda")  # fmt: skip
+    step = peers.hf_step(model, optimizer, clip=0.3, autocast=torch.autocast(device.type, torch.bfloat16))
+    return lambda i, batch, steps: step([batch], lr_at(i, LORA_LR, steps, warmup))
 
 
 def part_lora(args, device) -> dict:
-    from training.llama.model import PRESETS, LlamaShape
-
     shape = PRESETS["70b"].replace(num_layers=args.layers, max_seq_length=args.seq)
     if args.tiny:
-        shape = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
-                           vocab_size=32000, max_seq_length=args.seq, rope_scaling=None)  # fmt: skip
-    batches = lora_batches(args, device, shape)
+        shape = shapes.tiny(PRESETS["70b"], 32000, args.seq)
+    rows = LoraRows(shape.vocab_size, args.seq, device, 0, 1, "stream", ahead=args.steps)
+    batches = [rows(i) for i in range(args.steps)]  # the rows `bench_lora` trains on by default
     curves = {}
     if args.mlperf_regime:  # dropout 0.1 and no warm-up, as MLPerf's recipe: ours in bf16 is the reference
         # (peft draws its own masks; ours draw the same ones in bf16 and FP8: one kernel, one seed a call)
@@ -170,72 +115,35 @@ def part_lora(args, device) -> dict:
 # ---- Llama 3.1 8B ----
 
 
-def llama_batches(args, device):
-    rows = 4
-    ids = torch.from_numpy(text.rows(text.wiki_ids(), args.steps * rows, args.seq + 1))
-    return [(b[:, :-1].to(device), b[:, 1:].to(device)) for b in ids.split(rows)]
-
-
 def llama_ours(shape, name: str, device):
-    from perf.lib import variants
-    from training.llama.build import build_run
-    from training.llama.parallel import Parallelism
-    from training.llama.step import train_step
-
-    spec = variants.curve_llama_variant(variants.llama_run(shape, 3e-4), name, device.type == "cuda")
-    _, step, _ = build_run(spec, device, None, Parallelism(1, 1, 1, 1, 1, 1))
+    spec = curve_llama_variant(llama_run(shape, 3e-4), name, device.type == "cuda")
+    _, step, _ = build_run(spec, device, None, ONE_PROCESS)
     return lambda i, batch, steps: train_step(step, [batch], lr_at(i, LLAMA_LR, steps, 10))[0]
 
 
 def llama_peer(shape, device):
+    """Hugging Face's Llama given our initial weights, float32 masters and bf16 autocast, torch's AdamW."""
     import transformers
 
     from training.llama import optim
 
-    config = transformers.LlamaConfig(**shape.to_hf_config(), attn_implementation="sdpa", use_cache=False)
     with torch.device(device):
-        model = transformers.LlamaForCausalLM(config)
+        model = transformers.LlamaForCausalLM(peers.hf_config(shape))
     torch.manual_seed(0)
-    parity.init_hf_like_ours(model, shape)
+    peers.init_hf_like_ours(model, shape)
     model.train()
-    on_gpu = device.type == "cuda"
-    optimizer, _ = optim.build_optimizer(model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=on_gpu, impl="torch")
-    params = [p for p in model.parameters() if p.requires_grad]
-    return hf_llama_step(
-        model, optimizer, params, clip=1.0, lr=lambda i, steps: lr_at(i, LLAMA_LR, steps, 10)
-    )
-
-
-def hf_llama_step(model, optimizer, params, clip: float, lr):
-    """What a user of Hugging Face's Llama writes: bf16 autocast, the float32 loss, torch's clip and
-    optimizer; `lr(step, steps)` the schedule."""
-    from training.llama.model import cross_entropy
-
-    device_type = next(model.parameters()).device.type
-
-    def step(i, batch, steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr(i, steps)
-        tokens, labels = batch
-        with torch.autocast(device_type, torch.bfloat16):
-            loss = cross_entropy(model(input_ids=tokens).logits, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return step
+    optimizer, _ = optim.build_optimizer(model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda",
+                                         impl="torch")  # fmt: skip
+    step = peers.hf_step(model, optimizer, clip=1.0, autocast=torch.autocast(device.type, torch.bfloat16))
+    return lambda i, batch, steps: step([batch], lr_at(i, LLAMA_LR, steps, 10))
 
 
 def part_llama(args, device) -> dict:
-    from training.llama.model import PRESETS, LlamaShape
-
     shape = PRESETS["8b"].replace(num_layers=args.layers, max_seq_length=args.seq)
     if args.tiny:
-        shape = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=192, num_heads=4, num_kv_heads=2,
-                           vocab_size=32000, max_seq_length=args.seq)  # fmt: skip
-    batches = llama_batches(args, device)
+        shape = shapes.tiny(PRESETS["8b"], 32000, args.seq)
+    rows = excerpt(args.steps * 4, args.seq + 1).to(device)  # 4 rows a step
+    batches = [(b[:, :-1], b[:, 1:]) for b in rows.split(4)]
     curves = {"hf-bf16": train_curve(llama_peer(shape, device), batches)}
     release(device)
     for name in ("ours-bf16-eager", "ours-bf16", "ours-fp8native", "ours-fp8-torchao"):
@@ -248,29 +156,6 @@ def part_llama(args, device) -> dict:
 
 
 # ---- BERT ----
-
-
-def bert_rows(args, count: int, seq: int = 128, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
-    """Rows in the trainer's layout (one sequence each): [CLS] A [SEP] B [SEP], B the text after A or
-    (label 1) a window from elsewhere, 15% of the positions masked with [MASK]."""
-    rng = np.random.default_rng(seed)
-    stream = text.wiki_ids()
-    half = (seq - 3) // 2
-    out = []
-    for _ in range(count):
-        start = int(rng.integers(0, len(stream) - 2 * seq))
-        a = stream[start : start + half]
-        is_random = int(rng.integers(0, 2))
-        b_start = int(rng.integers(0, len(stream) - seq)) if is_random else start + half
-        b = stream[b_start : b_start + seq - 3 - half]
-        ids = np.concatenate([[text.CLS], a, [text.SEP], b, [text.SEP]]).astype(np.int64)
-        seg = np.concatenate([np.zeros(len(a) + 2), np.ones(len(b) + 1)]).astype(np.int64)
-        candidates = np.setdiff1d(np.arange(1, seq - 1), [len(a) + 1])
-        pos = np.sort(rng.choice(candidates, round(0.15 * seq), replace=False))
-        labels = ids[pos].copy()
-        ids[pos] = text.MASK
-        out.append((ids, seg, pos, labels, np.array([seq]), np.array([len(pos)]), np.array([is_random])))
-    return out
 
 
 def part_bert(args, device) -> dict:
@@ -291,7 +176,7 @@ def part_bert(args, device) -> dict:
         shape = BertShape(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
     rows, seq = 32 if not args.tiny else 4, 128
-    all_rows = bert_rows(args, rows * args.steps, seq)
+    all_rows = text_rows(rows * args.steps, seq)
     batches = [data.collate(all_rows[i * rows : (i + 1) * rows], seq) for i in range(args.steps)]
     config = transformers.BertConfig(
         vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_hidden_layers,
@@ -308,7 +193,8 @@ def part_bert(args, device) -> dict:
     def lamb(model):
         return Lamb(param_groups(model, 0.01), lr=lr, betas=(0.9, 0.999), eps=1e-6, max_grad_norm=1.0)
 
-    curves = {"hf-bf16": train_curve(hf_bert_step(hf, lamb(hf), lr, total, seq, autocast, device), batches)}
+    hf_step = peers.hf_bert_step(hf, lamb(hf), seq, autocast, device)
+    curves = {"hf-bf16": train_curve(lambda i, b, _: hf_step(b, poly_warmup_lr(i, lr, total, 5)), batches)}
     del hf
     release(device)
     info = dist.init_distributed()
@@ -334,29 +220,6 @@ def part_bert(args, device) -> dict:
     return {"reference": "hf-bf16", "shape": str(shape), "curves": curves, "uniform": uniform}
 
 
-def hf_bert_step(hf, optimizer, lr: float, total: int, seq: int, autocast, device):
-    """Hugging Face's BERT step: its own loss (MLM + NSP, each a mean) and our LAMB."""
-    from training.bert.optim import poly_warmup_lr
-
-    hf.train()
-
-    def step(i, b, steps):
-        for group in optimizer.param_groups:
-            group["lr"] = poly_warmup_lr(i, lr, total, 5)
-        n = b.input_ids.shape[0]
-        labels = torch.full((n * seq,), -100, dtype=torch.long, device=device)
-        labels[b.mlm_index.to(device)] = b.mlm_labels.to(device)
-        with autocast:
-            out = hf(input_ids=b.input_ids.to(device), token_type_ids=b.segment_ids.to(device),
-                     labels=labels.view(n, seq), next_sentence_label=b.nsp_labels.to(device))  # fmt: skip
-        out.loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return out.loss.detach()
-
-    return step
-
-
 # ---- shared ----
 
 
@@ -372,25 +235,6 @@ def release(device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     torch._dynamo.reset()
-
-
-def compare(part: dict) -> dict:
-    """Each variant's deviation from the reference: max over its compared steps, mean over the last 10."""
-    ref = part["curves"][part["reference"]]
-    uniform = part.get("uniform") or parity.uniform_loss(part["vocab"])
-    out = {}
-    for name, losses in part["curves"].items():
-        kind = parity.kind_of(name)
-        start = FP8_WARMUP if kind == "fp8" else 0
-        dev = [abs(a - b) / abs(b) for a, b in zip(losses, ref)]
-        worst = max(dev[start:], default=0.0) if name != part["reference"] else 0.0
-        last = float(np.mean(dev[-10:]))
-        degenerate = abs(losses[0] - uniform) < parity.UNIFORM
-        ok = worst <= TOLERANCE[kind] and not degenerate and all(math.isfinite(x) for x in losses)
-        out[name] = {"max_rel_dev": worst, "from_step": start, "mean_rel_dev_last10": last,
-                     "tolerance": TOLERANCE[kind], "first": losses[0], "last": losses[-1], "ok": ok,
-                     "degenerate": degenerate}  # fmt: skip
-    return out
 
 
 def plot(results: dict, path: Path) -> None:
@@ -437,7 +281,7 @@ def main() -> int:
     gpu = torch.cuda.is_available() and not args.tiny
     device = torch.device("cuda") if gpu else torch.device("cpu")
     results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(),
-               "steps": args.steps, "tolerance": TOLERANCE, "fp8_warmup_steps": FP8_WARMUP,
+               "steps": args.steps, "tolerance": parity.TOLERANCE, "fp8_warmup_steps": FP8_WARMUP,
                "parts": {}}  # fmt: skip
     print(f"{results['device']}, torch {torch.__version__}, {args.steps} steps", flush=True)
     for name in args.parts:
@@ -445,7 +289,8 @@ def main() -> int:
         part_args = argparse.Namespace(**vars(args))
         part_args.seq = args.seq or (64 if args.tiny else {"lora": 8192, "llama": 2048, "bert": 128}[name])
         part = {"lora": part_lora, "llama": part_llama, "bert": part_bert}[name](part_args, device)
-        part["verdicts"] = compare(part)
+        uniform = part.get("uniform") or parity.uniform_loss(part["vocab"])
+        part["verdicts"] = parity.curve_verdicts(part["curves"], part["reference"], uniform, FP8_WARMUP)
         part["seconds"] = time.perf_counter() - t0
         results["parts"][name] = part
         print(f"  {name}: {json.dumps(part['verdicts'])} ({part['seconds']:.0f} s)", flush=True)
@@ -453,7 +298,7 @@ def main() -> int:
         (out / "curve_parity.json").write_text(json.dumps(results, indent=2) + "\n")
         plot(results, out / "curve_parity.png")
     print(f"\n{results['device']}: {args.steps} steps from the same weights on the same batches (dropout "
-          f"off); tolerance per step {TOLERANCE}, FP8 after step {FP8_WARMUP}")  # fmt: skip
+          f"off); tolerance per step {parity.TOLERANCE}, FP8 after step {FP8_WARMUP}")  # fmt: skip
     print("| part | variant | first loss | last loss | max % off | mean % off, last 10 steps | verdict |")
     print("|---|---|---|---|---|---|---|")
     for name, part in results["parts"].items():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from perf.timing import time_steps
+from perf.lib.timing import time_steps
 from training.lora import LoraAdapter, LoraSettings, fused
 
 kernels = fused.kernels  # None without Triton

@@ -2,7 +2,7 @@
 # The full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
 #           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
-#           BENCH_STEPS timed steps, BENCH_LR_WARMUP the learning-rate warm-up, bench_lora.lr_at's 5 by
+#           BENCH_STEPS timed steps, BENCH_LR_WARMUP the learning-rate warm-up, --lr-warmup's 5 by
 #           default, PROFILE=N: each variant's top N GPU kernels). The loss parity reference, BENCH_REFERENCE, is
 #           by default ours in bf16, compiled, full recompute: the same adapters as our FP8 (peft's are other
 #           parameters: q, k and v each with its own A), so it tracks FP8 through the step-5 spike that a random

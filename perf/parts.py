@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perf.attention import table, timed
+from perf.lib.timing import table, timed
 from training.llama.model import LlamaShape
 
 DEV = torch.device("cuda")

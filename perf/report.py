@@ -5,10 +5,10 @@
     python -m perf.report --check   # exit 1, naming the file and table, where one differs from the JSON's
 
 A speed row is a claim only where its JSON holds both figures of one call (the variant and its peer in the
-same file) and the variant's own loss-parity verdict passed (`perf/parity.py`: compared with its reference's
-losses, within tolerance), and the peer's verdict, where it was compared, passed too. Every other row is
-listed apart with the reason. Every figure comes from the JSON as the bench wrote it; what this module says
-is which measurements are the current ones (`HEADLINE`) and what to call them. The curve-parity and
+same file) and the variant's own loss-parity verdict passed (`perf/lib/parity.py`: compared with its
+reference's losses, within tolerance), and the peer's verdict, where it was compared, passed too. Every other
+row is listed apart with the reason. Every figure comes from the JSON as the bench wrote it; what this module
+says is which measurements are the current ones (`HEADLINE`) and what to call them. The curve-parity and
 convergence tables list every `curve_*.json` and `convergence_*.json` under `perf/results/`.
 
 Only the standard library: this runs in CI, where the tables are checked (`tests/test_perf_report.py`).

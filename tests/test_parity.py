@@ -1,10 +1,10 @@
-"""perf/parity.py: the loss-parity verdict every bench prints beside its speed figures."""
+"""perf/lib/parity.py: the loss-parity verdict every bench prints beside its speed figures."""
 
 from __future__ import annotations
 
 import math
 
-from perf import parity
+from perf.lib import parity
 
 REFERENCE = [12.008, 11.910, 11.751, 11.50, 11.20, 10.90, 10.60, 10.30]
 V = 32000

@@ -1,12 +1,20 @@
-"""What the `perf/` commands share, as a small library: no command imports another, they all import from here.
+"""What the `perf/` commands share, as a small library: each command (`perf/*.py`) is a thin script on top of
+it, and no command imports another (`tests/test_layering.py`).
 
 - `variants`: the benchmarks' own runs as `RunSpec`s (their configs' `run_spec`) and the bench variants
-  derived from them;
-- `shapes`: the toy shapes of the CPU smoke runs;
-- `rows`: the token rows the benches train on (the bundled Wikipedia excerpt, `text`) and BERT's packed rows;
+  derived from them with `dataclasses.replace`;
+- `shapes`: the toy shape of the CPU smoke runs (`--tiny`);
+- `rows`, `bert_rows`, `text`: the rows the benches train on (the bundled Wikipedia excerpt, BERT's packed
+  rows);
 - `schedules`: the benches' learning rates;
-- `parity`: the one tolerance table and the one verdict on a variant's losses, the peers' weights;
-- `peers`: the trusted implementations the benches compare with (Hugging Face, peft);
-- `timing`: steps timed, the matmul peak, profiles, versions, the tables' cells;
+- `parity`: the one tolerance table and the one verdict on a variant's losses;
+- `peers`: the trusted implementations the benches compare with (Hugging Face, peft), built and stepped as
+  their users write them;
+- `timing`: steps timed, the peak memory, the matmul peak, profiles, versions, the kernel benches' rows;
 - `memory`: the memory marks of one step.
+
+Run the commands as modules from the repository root:
+
+    python -m perf.bench_lora ...
+    torchrun --nproc_per_node=4 -m perf.bench_llama ...
 """

@@ -1,5 +1,5 @@
 """perf/bench_llama.py's logic on CPU: 2 gloo ranks, a tiny model, ours and Hugging Face's under FSDP2, each
-variant's losses checked against the reference's (`perf/parity.py`)."""
+variant's losses checked against the reference's (`perf/lib/parity.py`)."""
 
 from __future__ import annotations
 

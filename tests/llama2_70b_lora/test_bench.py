@@ -1,6 +1,6 @@
-"""perf/bench_lora.py and perf/curve_parity.py's LoRA part on the CPU: the rows each step trains on, the
-learning-rate schedule shared with the curve, and both scripts' tiny runs with their parity
-verdicts."""
+"""perf/bench_lora.py on the CPU: the rows each step trains on (`perf/lib/rows.py`), the learning-rate
+schedule it shares with curve_parity's LoRA curve, its tiny runs with their parity verdicts and its memory
+step (`perf/lib/memory.py`)."""
 
 import json
 import os
@@ -10,38 +10,33 @@ from pathlib import Path
 
 import torch
 
-from perf import bench_lora, curve_parity, text
-from training.llama.model import PRESETS
+from perf.lib import memory, rows, schedules, text
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stream_rows_are_the_excerpts_rows_in_order():
-    shape = PRESETS["70b"].replace(num_layers=1)
-    rows = bench_lora.Rows(shape, 256, torch.device("cpu"), 0, 1, "stream", ahead=2)
+    made = rows.LoraRows(32000, 256, torch.device("cpu"), 0, 1, "stream", ahead=2)
     want = torch.from_numpy(text.rows(text.wiki_ids(), 3, 257))
     for step in range(3):  # the two made ahead and one made on demand
-        tokens, labels = rows(step)
+        tokens, labels = made(step)
         assert torch.equal(tokens[0], want[step, :-1]) and torch.equal(labels[0, 85:], want[step, 86:])
         assert (labels[0, :85] == -100).all()  # the first third is not scored
-    args = type("Args", (), {"steps": 3, "seq": 256})()
-    curve = curve_parity.lora_batches(args, torch.device("cpu"))  # the curve trains the same rows
-    assert all(torch.equal(a, b) for i in range(3) for a, b in zip(rows(i), curve[i]))
 
 
 def test_fixed_rows_repeat_and_ranks_differ():
-    shape = PRESETS["70b"].replace(num_layers=1)
     for source in ("row", "random"):
-        rows = bench_lora.Rows(shape, 128, torch.device("cpu"), 0, 2, source, ahead=4)
-        assert rows(0) is rows(3)
-    first, second = (bench_lora.Rows(shape, 128, torch.device("cpu"), r, 2, "stream", 1)(0) for r in (0, 1))
+        made = rows.LoraRows(32000, 128, torch.device("cpu"), 0, 2, source, ahead=4)
+        assert made(0) is made(3)
+    first, second = (rows.LoraRows(32000, 128, torch.device("cpu"), r, 2, "stream", 1)(0) for r in (0, 1))
     assert not torch.equal(first[0], second[0])
 
 
 def test_learning_rate_is_the_curves_warm_up():
-    assert [bench_lora.lr_at(i, 5) for i in range(8)] == [curve_parity.lr_at(i, 4e-4, 50) for i in range(8)]
-    assert bench_lora.lr_at(0, 5) < bench_lora.lr_at(4, 5) < bench_lora.lr_at(5, 5) == 4e-4
-    assert bench_lora.lr_at(7, 0) == 4e-4
+    lr = schedules.lora_lr
+    assert [lr(i, 5) for i in range(8)] == [schedules.lr_at(i, 4e-4, 50) for i in range(8)]
+    assert lr(0, 5) < lr(4, 5) < lr(5, 5) == 4e-4
+    assert lr(7, 0) == 4e-4
 
 
 def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
@@ -84,7 +79,7 @@ def test_two_process_profile_runs_on_every_rank(tmp_path):
 
 
 def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
-    """`bench_lora.memory_step`'s GPU part with the allocator's counters stubbed: the peak read at each mark
+    """`memory.memory_step`'s GPU part with the allocator's counters stubbed: the peak read at each mark
     (and reset there) is the stretch since the mark before, so the largest names the two marks around it, and
     the forward's peak is the largest before the model's forward ends."""
     gib, reads = 2**30, []
@@ -101,7 +96,7 @@ def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
     model.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
     model.forward = lambda x: model.layers[1](model.layers[0](x))
     x = torch.randn(2, 4, requires_grad=True)
-    got = bench_lora.memory_step(lambda: model(x).sum().backward(), model, torch.device("cuda"))
+    got = memory.memory_step(lambda: model(x).sum().backward(), model, torch.device("cuda"))
     # marks: step starts, fwd 0 starts, fwd 0 ends, fwd 1 starts, fwd 1 ends, model's forward ends, backward
     # reaches 1, backward reaches 0, step ends
     assert len(reads) == 9

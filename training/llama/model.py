@@ -309,7 +309,7 @@ def init_weights(module: nn.Module, shape: LlamaShape, prefix: str = "") -> None
 @torch.no_grad()
 def init_parameters(params: dict[str, torch.Tensor], shape: LlamaShape, prefix: str = "") -> None:
     """`init_weights` on parameters given by their names in our model without `prefix` (another model's, such
-    as Hugging Face's, mapped to ours: `perf/parity.py` gives a peer the same weights this way)."""
+    as Hugging Face's, mapped to ours: `perf/lib/peers.py` gives a peer the same weights this way)."""
     out_std = shape.init_std / math.sqrt(2 * shape.num_layers)
     for name in canonical_names(shape):
         param = params.get(name[len(prefix) :]) if name.startswith(prefix) else None

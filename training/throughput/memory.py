@@ -5,12 +5,18 @@ weights with fp32 masters, fp32 or bf16 gradients, two fp32 moments), spread ove
 alone is a floor, never an estimate of the peak (activations and the gathered blocks come on top): a model
 whose floor exceeds the memory of a GPU (or, without a GPU, the memory this machine has available per
 process) cannot run, and building it first only ends in an allocation error on every rank.
+
+Once a model runs, `memory_at_forward_end` measures what its forward leaves allocated for the backward
+(`--batch_size auto`, and the LoRA bench's memory step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+
+import torch
 
 from training.throughput.config import ModelSpec
 
@@ -96,3 +102,15 @@ def launch_sizes() -> tuple[int, int]:
     """(ranks in all, ranks on this node) as torchrun (or a single process) gives them."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     return world, int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+
+
+@contextlib.contextmanager
+def memory_at_forward_end(model: torch.nn.Module, device: torch.device):
+    """Yields a list that gets the GPU memory allocated (bytes) each time `model`'s forward returns: with
+    the memory before a step, what its forward leaves for the backward."""
+    seen: list[int] = []
+    hook = model.register_forward_hook(lambda *_: seen.append(torch.cuda.memory_allocated(device)))
+    try:
+        yield seen
+    finally:
+        hook.remove()

@@ -8,7 +8,6 @@ config error.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
@@ -27,7 +26,7 @@ from training.llama import parallel
 from training.throughput import published
 from training.throughput.config import ModelSpec, RunArgs, check_writable, model_for, parse_args
 from training.throughput.flops import fmt
-from training.throughput.memory import CannotFit, check_this_node, launch_sizes
+from training.throughput.memory import CannotFit, check_this_node, launch_sizes, memory_at_forward_end
 from training.throughput.workload import Workload
 
 # a CPU run's comparison: none, and why
@@ -101,18 +100,6 @@ def growth_per_item(peaks: tuple[float, float], saved: tuple[float, float]) -> f
     gradients and AdamW's state outweigh the activations of a few images), which extrapolated to batch
     1,024 and ran out of memory."""
     return max(peaks[1] - peaks[0], saved[1] - saved[0])
-
-
-@contextlib.contextmanager
-def memory_at_forward_end(model: torch.nn.Module, device: torch.device):
-    """Yields a list that gets the GPU memory allocated (bytes) each time `model`'s forward returns: with
-    the memory before a step, what its forward leaves for the backward."""
-    seen: list[int] = []
-    hook = model.register_forward_hook(lambda *_: seen.append(torch.cuda.memory_allocated(device)))
-    try:
-        yield seen
-    finally:
-        hook.remove()
 
 
 def choose_batch(workload: Workload, args: RunArgs, device: torch.device) -> tuple[int, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-SAMPLE = Path(__file__).resolve().parents[1] / "input_preprocessing" / "bert" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "input_preprocessing" / "bert" / "sample"
 CLS, SEP, MASK = 101, 102, 103
 
 

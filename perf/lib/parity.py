@@ -1,7 +1,8 @@
-"""Loss parity beside every speed figure: a fast variant counts only if it trains the model its reference
-trains. Each bench records every variant's per-step losses (all steps it ran, from the first, on
-the same initial weights and batches as its reference: ours in bf16, eager, PyTorch kernels) and `verdict`
-compares them:
+"""Loss parity beside every speed figure and every loss curve: a fast variant counts only if it trains the
+model its reference trains. Each bench records every variant's per-step losses (all steps it ran, from the
+first, on the same initial weights and batches as its reference: ours in bf16, eager, PyTorch kernels; or a
+trusted implementation, for `curve_parity`) and `verdict`, the one verdict, compares them with the one
+tolerance table (`TOLERANCE`):
 
 - not degenerate: a first loss at ln(vocabulary) (`UNIFORM`) means uniform logits, a model that computes
   nothing (the FP8_WEIGHTS bug of 12fdffa: 10.374 = ln(32000) at every step), unless the reference starts
@@ -21,16 +22,14 @@ Tolerances (`TOLERANCE`), relative, per step: bf16-class variants (compiled, oth
 reference by rounding only (kernel fusion, another attention kernel; the peer's own loss and AdamW), which
 stays well under 1% over the benches' 10-20 steps; FP8 adds e4m3/e5m2 rounding to every GEMM (about 10%
 relative on each gradient, `tests/test_fp8.py`), which moves a 20-step curve by a few percent but not its
-shape. `perf/RESULTS.md` ("Loss parity") records the deviations measured with these benches and the 50-step
-curves of `perf/curve_parity.py` that these tolerances must hold against. A variant that fails prints
-"invalid" where its speed ratio would be.
+shape; over `perf/curve_parity.py`'s 50-step curves the same tolerances hold, FP8's compared after its first
+steps (its delayed scaling learns its scales there: `from_step`). `perf/RESULTS.md` ("Loss parity") records
+the deviations measured. A variant that fails prints "invalid" where its speed ratio would be.
 """
 
 from __future__ import annotations
 
 import math
-
-import torch
 
 TOLERANCE = {"bf16": 0.02, "fp8": 0.05}
 TWIN = 0.01  # two runs of the reference farther apart than this (relative) repeat nothing at that step
@@ -58,12 +57,13 @@ def repeated_steps(reference: list[float], twin: list[float]) -> int:
 
 
 def verdict(losses: list[float], reference: list[float] | None, uniform: float, kind: str = "bf16",
-            reference_name: str = "reference", twin: list[float] | None = None) -> dict:  # fmt: skip
+            reference_name: str = "reference", twin: list[float] | None = None,
+            from_step: int = 0) -> dict:  # fmt: skip
     """The parity record of a variant's per-step losses against its reference's (None: this is the reference,
     or none ran; the degenerate check still applies). `uniform`: the loss of uniform logits (ln(vocabulary);
     BERT adds ln 2 for next-sentence prediction). `twin`: a second run of the reference; only the steps the
-    two repeat are compared. `ok` is True only when every check passes; `undetermined` when too few steps
-    could be compared."""
+    two repeat are compared; `from_step`: the steps before it are not. `ok` is True only when every check
+    passes; `undetermined` when too few steps could be compared."""
     tol = TOLERANCE[kind]
     out: dict = {"reference": reference_name, "tolerance": tol, "ok": False}
     if not losses:
@@ -84,8 +84,11 @@ def verdict(losses: list[float], reference: list[float] | None, uniform: float, 
                 f"undetermined: the reference's two runs part by more than {TWIN:.0%} at step {repeated}"
             )}  # fmt: skip
         n = min(n, repeated)
+    if n <= from_step:
+        what = f"undetermined: {n} steps, none from step {from_step}"
+        return {**out, "undetermined": True, "verdict": what}
     deviations = [abs(a - b) / abs(b) for a, b in zip(losses[:n], reference[:n])]
-    worst = max(range(n), key=deviations.__getitem__)
+    worst = max(range(from_step, n), key=deviations.__getitem__)
     out.update(steps=n, max_rel_dev=deviations[worst], worst_step=worst)
     if deviations[worst] > tol:
         return {**out, "verdict": f"off by {deviations[worst]:.1%} at step {worst} (> {tol:.0%})"}
@@ -145,21 +148,20 @@ def uniform_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 
 
-def hf_names_to_ours(named_parameters) -> dict[str, torch.Tensor]:
-    """A Hugging Face `LlamaForCausalLM`'s parameters (or peft's wrapping of one) by our model's names:
-    `model.` and peft's `base_model.model.` prefixes and `.base_layer` dropped. Adapters are left out."""
+def curve_verdicts(curves: dict[str, list[float]], reference: str, uniform: float, fp8_from: int) -> dict:
+    """Each curve's `verdict` against the reference curve's (FP8 curves from step `fp8_from`), with what the
+    curves' table shows besides: the largest deviation over the compared steps and the mean over the last
+    10, the first and last loss, whether the first is that of uniform logits."""
+    ref = curves[reference]
     out = {}
-    for name, p in named_parameters:
-        if "lora_" in name:
-            continue
-        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".").removeprefix("model.")
-        out[name] = p
+    for name, losses in curves.items():
+        kind = kind_of(name)
+        start = fp8_from if kind == "fp8" else 0
+        against = None if name == reference else ref
+        record = verdict(losses, against, uniform, kind, reference, from_step=start)
+        deviations = [abs(a - b) / abs(b) for a, b in zip(losses, ref)]
+        out[name] = {**record, "max_rel_dev": record.get("max_rel_dev", 0.0), "from_step": start,
+                     "mean_rel_dev_last10": sum(deviations[-10:]) / len(deviations[-10:]),
+                     "first": losses[0], "last": losses[-1],
+                     "degenerate": abs(losses[0] - uniform) < UNIFORM}  # fmt: skip
     return out
-
-
-def init_hf_like_ours(model: torch.nn.Module, shape) -> None:
-    """Give a Hugging Face Llama (or peft's wrapping of one) the weights ours draws from the same seed:
-    our init's rules in our parameter order (`training.llama.model.init_parameters`)."""
-    from training.llama.model import init_parameters
-
-    init_parameters(hf_names_to_ours(model.named_parameters()), shape)

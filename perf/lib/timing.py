@@ -1,8 +1,6 @@
 """What every bench in `perf/` times and records the same way: steps timed with CUDA events (wall clock on the
-CPU), the machine's bf16 matmul rate, the top GPU kernels of a step, the versions of what ran.
-
-The benches are modules of this package: run them as `python -m perf.bench_lora ...` or
-`torchrun --nproc_per_node=4 -m perf.bench_llama ...` from the repository root.
+CPU), the peak memory, the machine's bf16 matmul rate, the top GPU kernels of a step, the versions of what
+ran, and the kernel benches' rows (`timed`) and tables (`table`).
 """
 
 from __future__ import annotations
@@ -90,3 +88,20 @@ def versions() -> dict:
         return backends.versions()
     except Exception as err:  # noqa: BLE001 - e.g. mlperf-logging not installed: the benchmark still runs
         return {"torch": torch.__version__, "error": f"{type(err).__name__}: {err}"}
+
+
+def timed(results: list, name: str, step, useful_flop: float) -> None:
+    """Append (name, median ms on the current GPU, TFLOP/s of `useful_flop` a step) to `results`; a kernel
+    that refuses these inputs is a row too, its error in place of the rate."""
+    try:
+        ms = statistics.median(time_steps(step, 3, 20, torch.device("cuda", torch.cuda.current_device())))
+        results.append((name, ms, f"{useful_flop / ms / 1e9:.0f}"))
+    except Exception as err:  # noqa: BLE001 - a backend that refuses these inputs is a result too
+        results.append((name, float("nan"), f"{type(err).__name__}: {str(err)[:100]}"))
+
+
+def table(title: str, results: list, unit: str = "useful TFLOP/s") -> None:
+    """Print `results` (`timed`'s rows) as a markdown table under `title`."""
+    print(f"\n{title}\n| variant | ms | {unit} |\n|---|---|---|")
+    for name, ms, rate in results:
+        print(f"| {name} | {ms:.2f} | {rate} |")

@@ -1,8 +1,11 @@
-"""BERT batches for the benches: packed rows filled like the data pipeline's, of random token ids."""
+"""BERT rows for the benches: packed rows filled like the data pipeline's, of random token ids
+(`packed_rows`), and rows of the excerpt's text, one sequence each, for the loss curves (`text_rows`)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from perf.lib import text
 
 SEQ, MAX_PRED = 512, 76
 ROWS = 48  # packed rows per step (bench_bert's --rows changes its own)
@@ -37,3 +40,26 @@ def packed_rows(rng, n_rows: int, vocab: int, seq: int = SEQ):
             lens, np.array([len(s[2]) for s in seqs]), np.array([s[4] for s in seqs]),
         ))  # fmt: skip
     return rows
+
+
+def text_rows(count: int, seq: int = 128, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
+    """Rows of the excerpt's text in the trainer's layout (one sequence each): [CLS] A [SEP] B [SEP], B the
+    text after A or (label 1) a window from elsewhere, 15% of the positions masked with [MASK]."""
+    rng = np.random.default_rng(seed)
+    stream = text.wiki_ids()
+    half = (seq - 3) // 2
+    out = []
+    for _ in range(count):
+        start = int(rng.integers(0, len(stream) - 2 * seq))
+        a = stream[start : start + half]
+        is_random = int(rng.integers(0, 2))
+        b_start = int(rng.integers(0, len(stream) - seq)) if is_random else start + half
+        b = stream[b_start : b_start + seq - 3 - half]
+        ids = np.concatenate([[text.CLS], a, [text.SEP], b, [text.SEP]]).astype(np.int64)
+        seg = np.concatenate([np.zeros(len(a) + 2), np.ones(len(b) + 1)]).astype(np.int64)
+        candidates = np.setdiff1d(np.arange(1, seq - 1), [len(a) + 1])
+        pos = np.sort(rng.choice(candidates, round(0.15 * seq), replace=False))
+        labels = ids[pos].copy()
+        ids[pos] = text.MASK
+        out.append((ids, seg, pos, labels, np.array([seq]), np.array([len(pos)]), np.array([is_random])))
+    return out
