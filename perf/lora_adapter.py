@@ -33,16 +33,16 @@ def median_ms(fn, warmup: int = 5, runs: int = 20) -> float:
 
 
 def sweep(x: torch.Tensor, rank: int) -> dict:
-    """Each launch setting's forward and backward kernel times; sets the fastest in `kernels`."""
+    """Each launch setting's forward and backward kernel times (`kernels.launched_with`), and the fastest."""
     a = torch.randn(rank, x.shape[1], device=x.device, dtype=x.dtype) / x.shape[1] ** 0.5
     g = torch.randn(x.shape[0], rank, device=x.device, dtype=x.dtype)
     seed = torch.tensor([1], device=x.device)
     rows = []
     for bm, warps, fsplit, split in itertools.product((32, 64, 128), (4, 8), (1, 2, 4), (2, 4, 8, 16)):
-        kernels.BM, kernels.WARPS, kernels.FORWARD_SPLIT, kernels.SPLIT = bm, warps, fsplit, split
         try:
-            fwd = median_ms(lambda: kernels.dropout_down(x, a, seed, 0.1), 3, 10)
-            bwd = median_ms(lambda: kernels.dropout_down_backward(g, x, a, seed, 0.1), 3, 10)
+            with kernels.launched_with(kernels.Launch(bm, warps, fsplit, split)):
+                fwd = median_ms(lambda: kernels.dropout_down(x, a, seed, 0.1), 3, 10)
+                bwd = median_ms(lambda: kernels.dropout_down_backward(g, x, a, seed, 0.1), 3, 10)
         except Exception as err:  # a setting Triton cannot compile (shared memory, registers)
             print(f"  BM {bm} warps {warps}: {type(err).__name__}")
             continue
@@ -53,10 +53,7 @@ def sweep(x: torch.Tensor, rank: int) -> dict:
     ranked = sorted(rows, key=lambda r: r["fwd"] + r["bwd"])
     for r in ranked[:8]:
         print(f"  {r}")
-    best = ranked[0]
-    kernels.BM, kernels.WARPS = best["bm"], best["warps"]
-    kernels.FORWARD_SPLIT, kernels.SPLIT = best["forward_split"], best["split"]
-    return {"rows": rows, "chosen": best}
+    return {"rows": rows, "chosen": ranked[0]}
 
 
 def main() -> int:
@@ -75,6 +72,10 @@ def main() -> int:
     x = torch.randn(args.tokens, args.width, device=device, dtype=torch.bfloat16, requires_grad=True)
     base = torch.randn(args.tokens, args.out, device=device, dtype=torch.bfloat16)
     swept = sweep(x.detach(), args.rank) if args.sweep else None
+    launch = kernels.Launch()  # the rows below run with the sweep's fastest, where it ran
+    if swept:
+        best = swept["chosen"]
+        launch = kernels.Launch(best["bm"], best["warps"], best["forward_split"], best["split"])
     rows = {}
     for name, kernel in (("pytorch", False), ("triton", True)):
         settings = LoraSettings(args.rank, 2.0 * args.rank, 0.1)
@@ -91,9 +92,10 @@ def main() -> int:
         def both(forward=forward):
             forward().sum().backward()
 
-        with torch.no_grad():
-            rows[name] = {"forward_ms": median_ms(forward)}
-        rows[name]["forward_backward_ms"] = median_ms(both)
+        with kernels.launched_with(launch):
+            with torch.no_grad():
+                rows[name] = {"forward_ms": median_ms(forward)}
+            rows[name]["forward_backward_ms"] = median_ms(both)
     print("| LoRA dropout and A | forward ms | forward + backward ms |\n|---|---|---|")
     for name, r in rows.items():
         print(f"| {name} | {r['forward_ms']:.3f} | {r['forward_backward_ms']:.3f} |")

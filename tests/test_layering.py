@@ -7,7 +7,13 @@ are those the benchmark table, `training/benchmarks.py`, names; everything else 
 - input_preprocessing/: the same between its shared code (`common/`, the top-level modules) and its
   benchmark folders (each benchmark's `prepare` script's folder); it imports training/'s shared code at
   most, never a training benchmark package;
-- perf/ may import training/ and input_preprocessing/, and nothing in them imports perf/.
+- perf/ may import training/ and input_preprocessing/, and nothing in them imports perf/; within perf/, the
+  commands (`perf/*.py`) import the library (`perf/lib/`) and no other command, and the library imports no
+  command.
+
+And no file of the three trees assigns to a module of theirs that is not its own (`module.name = ...`,
+`setattr(module, ...)`, through any name the module was imported or aliased under): features meet the code
+through declared interfaces, not patches (a test may, with pytest's monkeypatch).
 """
 
 from __future__ import annotations
@@ -173,3 +179,162 @@ def test_each_rule_is_seen(tmp_path):
     ]
     write(tmp_path, {"perf/parts.py": "import sys\nsys.path.insert(0, '..')\nfrom bench import x\n"})
     assert sys_path_edits(tmp_path / "perf") == ["perf/parts.py:2"]
+
+
+def perf_command_imports(root: Path) -> list[str]:
+    """Each import between `perf/`'s commands (its top-level modules) or from its library into a command."""
+    commands = {f"perf.{path.stem}" for path in (root / "perf").glob("*.py") if path.stem != "__init__"}
+    out = []
+    for path in sorted((root / "perf").rglob("*.py")):
+        rel = path.relative_to(root)
+        module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for name in sorted(imported_modules(path, package)):
+            command = owner(name, commands)
+            if command and command != module:
+                side = "the library" if within(module, "perf.lib") else "a command"
+                out.append(f"{rel}: imports {name} ({side} imports no command)")
+    return out
+
+
+def module_file(root: Path, dotted: str) -> Path | None:
+    """The file of module `dotted` under `root`, if it is one of the trees'."""
+    path = root.joinpath(*dotted.split("."))
+    return next((f for f in (path.with_suffix(".py"), path / "__init__.py") if f.is_file()), None)
+
+
+def resolve_module(root: Path, dotted: str) -> str | None:
+    """The module of the trees that `dotted` names: a module's file, or a module a module imports under that
+    name (`training.lora.fused.kernels` is `training.lora.kernels`); None for anything else."""
+    if dotted.split(".")[0] not in TREES:
+        return None
+    if module_file(root, dotted):
+        return dotted
+    base, _, name = dotted.rpartition(".")
+    path = module_file(root, base) if base else None
+    if path is None:
+        return None
+    package = base if path.name == "__init__.py" else base.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(parts + ([source] if source else []))
+            for alias in node.names:
+                if (alias.asname or alias.name) == name and module_file(root, f"{source}.{alias.name}"):
+                    return f"{source}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname == name and module_file(root, alias.name):
+                    return alias.name
+    return None
+
+
+def module_assignments(root: Path, path: Path, module: str, package: str) -> list[str]:
+    """Where the file at `path` (module `module`) assigns to, deletes from or `setattr`s on a module of the
+    trees other than itself."""
+    nodes = list(ast.walk(ast.parse(path.read_text(), str(path))))
+    names: dict[str, str] = {}  # a name in the file -> the module it stands for
+
+    def resolve(expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Name):
+            return names.get(expr.id)
+        if isinstance(expr, ast.Attribute) and (base := resolve(expr.value)):
+            return resolve_module(root, f"{base}.{expr.attr}")
+        return None
+
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                names[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(parts + ([source] if source else []))
+            for alias in node.names:
+                if found := resolve_module(root, f"{source}.{alias.name}"):
+                    names[alias.asname or alias.name] = found
+    for node in nodes:  # aliases: `kernels = fused.kernels`
+        one_name = isinstance(node, ast.Assign) and len(node.targets) == 1
+        if one_name and isinstance(node.targets[0], ast.Name) and (found := resolve(node.value)):
+            names[node.targets[0].id] = found
+
+    def flatten(target: ast.expr):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                yield from flatten(element)
+        else:
+            yield target
+
+    out, rel = [], path.relative_to(root)
+    for node in nodes:
+        targets = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = [t for target in node.targets for t in flatten(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and (found := resolve(target.value)) and found != module:
+                out.append(f"{rel}:{node.lineno}: assigns {found}.{target.attr}")
+        patch = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+        patch = patch and node.func.id in ("setattr", "delattr")
+        if patch and (found := resolve(node.args[0])) and found != module:
+            out.append(f"{rel}:{node.lineno}: {node.func.id} on {found}")
+    return out
+
+
+def assignments_from_outside(root: Path) -> list[str]:
+    out = []
+    for tree in TREES:
+        for path in sorted((root / tree).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+            out += module_assignments(root, path, module, package)
+    return out
+
+
+def test_perf_commands_are_thin_scripts_on_its_library():
+    assert perf_command_imports(ROOT) == []
+    assert (ROOT / "perf" / "lib" / "__init__.py").is_file()
+
+
+def test_no_module_is_patched_from_outside():
+    assert assignments_from_outside(ROOT) == []
+
+
+def test_the_perf_and_patch_rules_are_seen(tmp_path):
+    write(tmp_path, {
+        "perf/bench_a.py": "from perf import bench_b\nfrom perf.lib import rows\n",
+        "perf/bench_b.py": "import perf.lib.rows\ndef f():\n    from perf.bench_a import x\n",
+        "perf/lib/__init__.py": "",
+        "perf/lib/rows.py": "from perf.lib import text\nfrom perf import bench_a\n",
+        "perf/lib/text.py": "",
+        "training/__init__.py": "",
+        "training/alpha/__init__.py": "",
+        "training/alpha/model.py": "from training.alpha import kernels\nSIZE = 1\n",
+        "training/alpha/kernels.py": "BM = 32\n",
+        "training/beta/__init__.py": "",
+        "training/beta/patch.py": (
+            "import training.alpha.model as m\nfrom training.alpha import model\nfrom training import alpha\n"
+            "model.SIZE = 2\nm.SIZE += 1\nalpha.model.build = None\nsetattr(model, 'SIZE', 3)\n"
+            "k = model.kernels\nk.BM, other = 64, 1\nconfig = model.SIZE\nconfig.x = 1\n"
+        ),
+        "perf/bench_c.py": "from training.alpha import model\ndef f(monkeypatch):\n    del model.SIZE\n",
+    })  # fmt: skip
+    assert perf_command_imports(tmp_path) == [
+        "perf/bench_a.py: imports perf.bench_b (a command imports no command)",
+        "perf/bench_b.py: imports perf.bench_a (a command imports no command)",
+        "perf/bench_b.py: imports perf.bench_a.x (a command imports no command)",
+        "perf/lib/rows.py: imports perf.bench_a (the library imports no command)",
+    ]
+    assert assignments_from_outside(tmp_path) == [
+        "training/beta/patch.py:4: assigns training.alpha.model.SIZE",
+        "training/beta/patch.py:5: assigns training.alpha.model.SIZE",
+        "training/beta/patch.py:6: assigns training.alpha.model.build",
+        "training/beta/patch.py:9: assigns training.alpha.kernels.BM",
+        "training/beta/patch.py:7: setattr on training.alpha.model",
+        "perf/bench_c.py:3: assigns training.alpha.model.SIZE",
+    ]

@@ -13,7 +13,9 @@ a multiple of 16 (an assertion in `applyLinearLayout`); the lanes joined into on
 
 from __future__ import annotations
 
+import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -21,10 +23,31 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 COLS = 128  # columns per tile: K must be a multiple
-BM = 32  # rows per tile
-SPLIT = 16  # row ranges the backward splits A's gradient over (partial sums, added after)
-FORWARD_SPLIT = 4  # column ranges the forward splits the product over (partial sums, added after)
-WARPS = 4  # per program; these four the fastest of `python -m perf.lora_adapter --sweep` on an H100
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the kernels are launched; the defaults are the fastest of `python -m perf.lora_adapter --sweep` on
+    an H100, which times others through `launched_with`."""
+
+    rows: int = 32  # rows per tile
+    warps: int = 4  # per program
+    forward_split: int = 4  # column ranges the forward splits the product over (partial sums, added after)
+    split: int = 16  # row ranges the backward splits A's gradient over (partial sums, added after)
+
+
+_launch = Launch()
+
+
+@contextlib.contextmanager
+def launched_with(launch: Launch):
+    """The kernels launched with `launch` within the context."""
+    global _launch
+    before, _launch = _launch, launch
+    try:
+        yield
+    finally:
+        _launch = before
 
 
 @triton.jit
@@ -92,11 +115,12 @@ def dropout_down(x: torch.Tensor, a: torch.Tensor, seed: torch.Tensor, p: float)
     """dropout(x, p) @ a^T for x (M, K) and a (R, K) of x's dtype, the mask drawn from `seed` (int64, one
     element on x's device): (M, R) in x's dtype, accumulated in float32."""
     m, k = x.shape
-    splits = math.gcd(FORWARD_SPLIT, k // COLS)
+    launch = _launch
+    splits = math.gcd(launch.forward_split, k // COLS)
     partial = torch.empty((splits, m, a.shape[0]), dtype=torch.float32, device=x.device)
-    wrap_triton(_down_kernel)[(triton.cdiv(m, BM), splits)](
+    wrap_triton(_down_kernel)[(triton.cdiv(m, launch.rows), splits)](
         x, a, seed, partial, m, k, _threshold(p), 1.0 / (1.0 - p), k // COLS // splits,
-        R=a.shape[0], BM=BM, COLS=COLS, num_warps=WARPS,
+        R=a.shape[0], BM=launch.rows, COLS=COLS, num_warps=launch.warps,
     )  # fmt: skip
     return partial.sum(0).to(x.dtype)
 
@@ -108,12 +132,13 @@ def dropout_down_backward(
     """(x's gradient, a's gradient in float32) of `dropout_down` for the output gradient g (M, R)."""
     m, k = x.shape
     r = a.shape[0]
+    launch = _launch
     dx = torch.empty_like(x)
-    partial = torch.empty((SPLIT, r, k), dtype=torch.float32, device=x.device)
-    tiles = triton.cdiv(triton.cdiv(m, BM), SPLIT)
-    wrap_triton(_backward_kernel)[(k // COLS, SPLIT)](
+    partial = torch.empty((launch.split, r, k), dtype=torch.float32, device=x.device)
+    tiles = triton.cdiv(triton.cdiv(m, launch.rows), launch.split)
+    wrap_triton(_backward_kernel)[(k // COLS, launch.split)](
         g, x, a, seed, dx, partial, m, k, _threshold(p), 1.0 / (1.0 - p), tiles,
-        R=r, BM=BM, COLS=COLS, num_warps=WARPS,
+        R=r, BM=launch.rows, COLS=COLS, num_warps=launch.warps,
     )  # fmt: skip
     return dx, partial.sum(0)
 
