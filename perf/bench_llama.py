@@ -49,7 +49,7 @@ import torch.distributed as dist
 from perf.lib import parity, peers, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
-from perf.lib.timing import matmul_peak, print_profile, take_peak, time_steps, versions
+from perf.lib.timing import matmul_peak, print_profile, step_record, take_peak, time_steps, versions
 from perf.lib.variants import LLAMA_MODIFIERS, llama_run, llama_variant
 from training.fp8 import apply_fp8
 from training.llama import optim, parallel
@@ -147,13 +147,8 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         "host_ms": statistics.median(host) if host else None,
         "tokens_per_s_per_gpu": tokens_per_gpu,
         "model_tflops_per_gpu": shape.flops_per_token(args.seq) * tokens_per_gpu / 1e12,
-        "peak_gib": float(peak),
-        "first_step_peak_gib": float(first_peak),
+        **step_record(first_step_s, first_peak, peak, losses),
         "alloc_retries": int(retries),
-        "first_step_s": first_step_s,
-        "first_loss": float(losses[0]),
-        "last_loss": float(losses[-1]),
-        "losses": parity.as_floats(losses),
         "compiled": compiled,
         "attention": attention,
         "fp8": fp8.description,

@@ -68,7 +68,7 @@ from perf.lib import parity, peers, shapes
 from perf.lib.memory import memory_line, memory_step
 from perf.lib.rows import LoraRows
 from perf.lib.schedules import lora_lr
-from perf.lib.timing import matmul_peak, print_profile, take_peak, time_steps, versions
+from perf.lib.timing import matmul_peak, print_profile, step_record, take_peak, time_steps, versions
 from perf.lib.variants import LORA_MODIFIERS, lora_run, lora_variant
 from training.llama.build import build_run
 from training.llama.model import PRESETS, LlamaShape
@@ -155,11 +155,9 @@ def bench(variant: str, shape: LlamaShape, seq: int, args, device, mesh, world: 
         torch.distributed.all_reduce(both, torch.distributed.ReduceOp.MAX)
         ms, peak, first_peak = both.tolist()
         tokens_per_s = seq / ms * 1e3
-    losses = [float(x) for x in info.pop("losses")]
     return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
-            "model_tflops": flops * tokens_per_s / 1e12, "peak_gib": peak, "first_step_s": first_s,
-            "first_step_peak_gib": first_peak,
-            "first_loss": losses[0], "last_loss": losses[-1], "losses": losses, **info}  # fmt: skip
+            "model_tflops": flops * tokens_per_s / 1e12,
+            **step_record(first_s, first_peak, peak, info.pop("losses")), **info}  # fmt: skip
 
 
 def main() -> int:

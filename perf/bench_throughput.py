@@ -58,7 +58,7 @@ import torch.distributed as dist
 from perf.lib import parity, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
-from perf.lib.timing import print_profile, take_peak, time_steps
+from perf.lib.timing import print_profile, step_record, take_peak, time_steps
 from training.common.backends import importable
 from training.llama import parallel
 from training.llama.model import LlamaShape
@@ -256,12 +256,7 @@ def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
         "tflops_per_gpu": {
             k: tokens * count(shape, seq) / 1e12 for k, count in (("ours", flops.ours), ("amd", flops.amd))
         },
-        "peak_gib": float(peak),
-        "first_step_peak_gib": float(first_peak),
-        "first_step_s": first_s,
-        "first_loss": float(losses[0]),
-        "last_loss": float(losses[-1]),
-        "losses": parity.as_floats(losses),
+        **step_record(first_s, first_peak, peak, losses),
         "layers": shape.num_layers,
         "backends": backends,
     }

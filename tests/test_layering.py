@@ -28,6 +28,15 @@ TREES = ("training", "input_preprocessing", "perf")
 COMMON_MAY_IMPORT = ("training.common", "training.fp8.choices")
 
 
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, its relative form resolved against `package`."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(parts + ([base] if base else []))
+
+
 def imported_modules(path: Path, package: str) -> set[str]:
     """Every module a file imports (relative imports resolved against `package`, the file's package)."""
     found = set()
@@ -35,10 +44,7 @@ def imported_modules(path: Path, package: str) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
+            base = absolute(node, package)
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}
     return found
@@ -217,10 +223,7 @@ def resolve_module(root: Path, dotted: str) -> str | None:
     package = base if path.name == "__init__.py" else base.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
-            source = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join(parts + ([source] if source else []))
+            source = absolute(node, package)
             for alias in node.names:
                 if (alias.asname or alias.name) == name and module_file(root, f"{source}.{alias.name}"):
                     return f"{source}.{alias.name}"
@@ -250,10 +253,7 @@ def module_assignments(root: Path, path: Path, module: str, package: str) -> lis
                 top = alias.name.split(".")[0]
                 names[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom):
-            source = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join(parts + ([source] if source else []))
+            source = absolute(node, package)
             for alias in node.names:
                 if found := resolve_module(root, f"{source}.{alias.name}"):
                     names[alias.asname or alias.name] = found

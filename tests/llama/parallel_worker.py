@@ -23,22 +23,15 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.llama.helpers import tiny  # noqa: E402
 from training.common.outcome import exit_process  # noqa: E402
 from training.fp8 import Fp8, Fp8Settings  # noqa: E402
 from training.llama import optim, parallel  # noqa: E402
-from training.llama.model import Llama, LlamaShape  # noqa: E402
+from training.llama.model import Llama  # noqa: E402
 from training.llama.parallel import Parallelism  # noqa: E402
 from training.llama.step import Step, evaluate, train_step  # noqa: E402
 
-SHAPE = LlamaShape(
-    num_layers=2,
-    hidden_size=32,
-    ffn_hidden_size=64,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=128,
-    max_seq_length=32,
-)
+SHAPE = tiny(hidden_size=32, ffn_hidden_size=64, vocab_size=128)
 GBS, SEQ, STEPS, LR = 8, 32, 3, 1e-2
 
 

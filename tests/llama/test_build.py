@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.llama.helpers import tiny
 from tests.llama2_70b_lora.fixtures import save_tiny_llama2
 from training.fp8 import Fp8Settings, apply_fp8
 from training.fp8.casts import E4M3_MAX, amax_of, cast, scale_of
 from training.llama import parallel
 from training.llama.build import FP8_MLP, RunSpec, build_model, build_run
 from training.llama.checkpoint import shape_from_hf_config
-from training.llama.model import Llama, LlamaShape, cross_entropy, init_weights
+from training.llama.model import Llama, cross_entropy, init_weights
 from training.lora import LoraSettings, apply_lora
 
-SHAPE = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
-                   vocab_size=512, max_seq_length=32, rope_scaling=None)  # fmt: skip
+SHAPE = tiny(vocab_size=512, rope_scaling=None)
 CPU = torch.device("cpu")
 FP8 = Fp8Settings("native", fuse_mlp=FP8_MLP)
 LORA = LoraSettings(rank=4, alpha=8, dropout=0.0)

@@ -7,21 +7,13 @@ import torch
 from torch import nn
 
 import training.fp8 as fp8_module
-from tests.llama.helpers import no_fp8_backend
+from tests.llama.helpers import TINY, no_fp8_backend
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import parallel
 from training.llama.checkpointing import Checkpointed
-from training.llama.model import MLP, Llama, LlamaShape, compiled_cross_entropy, cross_entropy
+from training.llama.model import MLP, Llama, compiled_cross_entropy, cross_entropy
 
-SHAPE = LlamaShape(
-    num_layers=2,
-    hidden_size=64,
-    ffn_hidden_size=128,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=256,
-    max_seq_length=32,
-)
+SHAPE = TINY
 
 
 def loss_and_grads(model: Llama, fp8=None, loss_fn=cross_entropy):

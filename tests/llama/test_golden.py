@@ -7,20 +7,13 @@ import pytest
 import torch
 
 from tests.golden import check_golden, digest
+from tests.llama.helpers import tiny
 from training.llama import optim
-from training.llama.model import Llama, LlamaShape
+from training.llama.model import Llama
 from training.llama.parallel import Parallelism
 from training.llama.step import Step, train_step
 
-SHAPE = LlamaShape(
-    num_layers=2,
-    hidden_size=64,
-    ffn_hidden_size=128,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=128,
-    max_seq_length=64,
-)
+SHAPE = tiny(vocab_size=128, max_seq_length=64)
 
 
 @pytest.mark.parametrize("accum", [1, 2])

@@ -5,22 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.llama.helpers import tiny
 from training.llama.model import PRESETS, Llama, LlamaShape, cross_entropy, load_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 
 # GQA (4 query heads on 2 KV heads), Llama 3.1 RoPE scaling with a short original context so that all three
 # frequency bands (kept, interpolated, scaled) occur at head_dim 16
-SHAPE = LlamaShape(
-    num_layers=2,
-    hidden_size=64,
-    ffn_hidden_size=160,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=300,
-    max_seq_length=128,
-    rope_theta=500000.0,
-)
+SHAPE = tiny(ffn_hidden_size=160, vocab_size=300, max_seq_length=128)
 
 
 def hf_model(shape: LlamaShape):

@@ -1,14 +1,21 @@
 """The settings both Llama benchmarks share, declared once: how the shared model computes and lays itself
-out (attention kernel, compiled blocks, recomputation, FSDP2's gathers, the AdamW kernel) and FP8 on or off.
-`LlamaPretrainConfig` (Llama 3.1 8B) and `LoraConfig` (Llama 2 70B LoRA) add their own data, schedule and
-shape; a new Llama-family setting is one field here."""
+out (attention kernel, compiled blocks, recomputation, FSDP2's gathers, the AdamW kernel) and FP8 on or off,
+and their translation into the family's `RunSpec` (`llama_run_spec`). `LlamaPretrainConfig` (Llama 3.1 8B)
+and `LoraConfig` (Llama 2 70B LoRA) add their own data, schedule, shape and features; a new Llama-family
+setting is one field here and one line of `llama_run_spec`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from training.common.config import RunSettings, var
+from training.common.config import ConfigError, RunSettings, var
+from training.fp8 import Fp8Settings
 from training.llama.attention import ATTENTIONS
+from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
+from training.llama.model import LlamaShape
+from training.llama.parallel import Features, Parallelism
+from training.lora import LoraSettings
 
 ADAMW_IMPLS = ("auto", "torch")
 
@@ -45,6 +52,57 @@ class LlamaRunSettings(RunSettings):
         "auto",
         help="auto (GPUs: ours in Triton where it matches torch's fused AdamW there, else torch's) | torch",
     )
+
+    def parallelism(self, world_size: int) -> Parallelism:
+        """The layout of `world_size` ranks (each benchmark's; a ConfigError naming the variables if it does
+        not fit)."""
+        raise NotImplementedError
+
+    def scale_problems(self, world_size: int | None = None) -> list[str]:
+        """The shared checks (`RunSettings.scale_problems`) and the benchmark's layout on the world size."""
+        problems = super().scale_problems(world_size)
+        try:
+            self.parallelism(world_size or self.world_size())
+        except ConfigError as err:
+            problems.append(str(err))
+        return problems
+
+    def llama_run_spec(
+        self, shape: LlamaShape, clip_norm: float, adamw: tuple[float, tuple[float, float], float, float], *,
+        fp8_recipe: str = "tensorwise", lora: LoraSettings | None = None,
+        checkpoint_layers: int | None = None, keep_attention: bool = False, checkpoint: Path | None = None,
+        fp8_weights: bool = False,
+    ) -> RunSpec:  # fmt: skip
+        """The run of `shape` these settings describe, with the benchmark's own: its clip and AdamW's (lr,
+        betas, eps, weight decay), its FP8 recipe, LoRA adapters, recompute of the first blocks only (and
+        around the attention kernel), weights. FP8 for the blocks' linears when asked, each MLP one function
+        with the native backend and the weights all-gathered in FP8 where FSDP2 shards them
+        (FP8_PARAM_GATHER)."""
+        fp8 = None
+        if self.fp8:
+            fp8 = Fp8Settings(backend=self.fp8_backend, recipe=fp8_recipe,
+                              gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP, casts=self.fp8_casts,
+                              amax_history=self.fp8_amax_history, amax_algo=self.fp8_amax_algo)  # fmt: skip
+        features = Features(
+            fp8=fp8,
+            lora=lora,
+            activation_checkpointing=self.activation_checkpointing,
+            checkpoint_layers=checkpoint_layers,
+            keep_attention=keep_attention,
+            compile=self.compile,
+            reshard_after_forward=self.reshard_after_forward,
+            grad_reduce_in_fp32=self.grad_reduce_in_fp32,
+        )
+        return RunSpec(
+            shape,
+            features,
+            StepSettings(clip_norm=clip_norm, sync_each_micro_batch=self.reduce_each_micro_batch),
+            AdamWSettings(*adamw, impl=self.adamw_impl),
+            attention=self.attention,
+            precision=self.requested_precision(),
+            checkpoint=checkpoint,
+            fp8_weights=fp8_weights,
+        )
 
     @property
     def fp8(self) -> bool:

@@ -20,12 +20,11 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import ConfigError, var
-from training.fp8 import Fp8Settings
-from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
+from training.llama.build import RunSpec
 from training.llama.checkpoint import shape_from_hf_config
 from training.llama.model import PRESETS, LlamaShape
 from training.llama.optim import cosine_with_warmup
-from training.llama.parallel import Features, Parallelism, feature_problems, layout
+from training.llama.parallel import Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
 from training.lora import LoraSettings
 from training.lora.fused import KERNEL_CHOICES
@@ -196,14 +195,6 @@ class LoraConfig(LlamaRunSettings):
         NVIDIA's yaml configure it."""
         return cosine_with_warmup(step, self.lr, self.warmup_steps(), self.max_steps, self.min_lr)
 
-    def scale_problems(self, world_size: int | None = None) -> list[str]:
-        problems = super().scale_problems(world_size)
-        try:
-            self.parallelism(world_size or self.world_size())
-        except ConfigError as err:
-            problems.append(str(err))
-        return problems
-
     def evals_skipped(self, world_size: int) -> int:
         """The MLPerf rule's default: floor(0.125 x GBS + 2) evaluations skipped (3 at GBS 8)."""
         gbs = self.global_batch_size(world_size)
@@ -223,35 +214,15 @@ class LoraConfig(LlamaRunSettings):
 
     def run_spec(self) -> RunSpec:
         """The run these settings describe: the checkpoint's model (INIT_CHECKPOINT=model) or a random base of
-        its shape, the adapters of rank LORA_DIM on every block, FP8 for the frozen linears when asked (each
-        MLP one function with the native backend; the weights all-gathered in FP8 where FSDP2 shards them,
-        FP8_PARAM_GATHER), AdamW over the adapters."""
-        fp8_settings = None
-        if self.fp8:
-            fp8_settings = Fp8Settings(backend=self.fp8_backend, gather_in_fp8=self.fp8_param_gather,
-                                       fuse_mlp=FP8_MLP, casts=self.fp8_casts,
-                                       amax_history=self.fp8_amax_history,
-                                       amax_algo=self.fp8_amax_algo)  # fmt: skip
-        features = Features(
-            fp8=fp8_settings,
-            lora=LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel),
-            activation_checkpointing=self.activation_checkpointing,
-            checkpoint_layers=self.checkpoint_layers,
-            keep_attention=self.keep_attention,
-            compile=self.compile,
-            reshard_after_forward=self.reshard_after_forward,
-            grad_reduce_in_fp32=self.grad_reduce_in_fp32,
-        )
-        return RunSpec(
-            self.model_shape(),
-            features,
-            StepSettings(clip_norm=self.clip_norm, sync_each_micro_batch=self.reduce_each_micro_batch),
-            AdamWSettings(self.lr, ADAMW_BETAS, ADAMW_EPS, self.weight_decay, self.adamw_impl),
-            attention=self.attention,
-            precision=self.requested_precision(),
-            checkpoint=self.paths()["model"] if self.init_checkpoint == "model" else None,
-            fp8_weights=self.fp8_weights,
-        )
+        its shape, the adapters of rank LORA_DIM on every block, AdamW over the adapters; FP8_WEIGHTS=1: the
+        frozen base stored in FP8 (one GPU)."""
+        lora = LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel)
+        checkpoint = self.paths()["model"] if self.init_checkpoint == "model" else None
+        return self.llama_run_spec(
+            self.model_shape(), self.clip_norm, (self.lr, ADAMW_BETAS, ADAMW_EPS, self.weight_decay),
+            lora=lora, checkpoint_layers=self.checkpoint_layers, keep_attention=self.keep_attention,
+            checkpoint=checkpoint, fp8_weights=self.fp8_weights,
+        )  # fmt: skip
 
     def paths(self) -> dict[str, Path]:
         data = self.datadir / "data"

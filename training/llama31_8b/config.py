@@ -18,10 +18,9 @@ from pathlib import Path
 
 from training import benchmarks, fp8
 from training.common.config import ConfigError, var
-from training.fp8 import Fp8Settings
-from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
+from training.llama.build import RunSpec
 from training.llama.model import PRESETS, LlamaShape
-from training.llama.parallel import Features, Parallelism, feature_problems, layout
+from training.llama.parallel import Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
 
 BENCHMARK = benchmarks.BENCHMARKS["llama31_8b"]
@@ -146,14 +145,6 @@ class LlamaPretrainConfig(LlamaRunSettings):
         """The layout of `world_size` ranks (ConfigError naming the variables if it does not fit)."""
         return layout(world_size, self.tp, self.pp, self.cp, self.gbs, self.micro_batch_size)
 
-    def scale_problems(self, world_size: int | None = None) -> list[str]:
-        problems = super().scale_problems(world_size)
-        try:
-            self.parallelism(world_size or self.world_size())
-        except ConfigError as err:
-            problems.append(str(err))
-        return problems
-
     def model_shape(self) -> LlamaShape:
         return PRESETS[self.model_size].replace(
             num_layers=self.num_layers,
@@ -166,30 +157,9 @@ class LlamaPretrainConfig(LlamaRunSettings):
         )
 
     def run_spec(self) -> RunSpec:
-        """The run these settings describe, trained from scratch: FP8 for the blocks' linears when asked (each
-        MLP one function with the native backend; the weights all-gathered in FP8 where FSDP2 shards them,
-        FP8_PARAM_GATHER), AdamW with the rules' fixed values."""
-        fp8_settings = None
-        if self.fp8:
-            fp8_settings = Fp8Settings(backend=self.fp8_backend, recipe=self.fp8_recipe,
-                                       gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP,
-                                       casts=self.fp8_casts, amax_history=self.fp8_amax_history,
-                                       amax_algo=self.fp8_amax_algo)  # fmt: skip
-        features = Features(
-            fp8=fp8_settings,
-            activation_checkpointing=self.activation_checkpointing,
-            compile=self.compile,
-            reshard_after_forward=self.reshard_after_forward,
-            grad_reduce_in_fp32=self.grad_reduce_in_fp32,
-        )
-        return RunSpec(
-            self.model_shape(),
-            features,
-            StepSettings(clip_norm=GRAD_CLIP_NORM, sync_each_micro_batch=self.reduce_each_micro_batch),
-            AdamWSettings(self.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, self.adamw_impl),
-            attention=self.attention,
-            precision=self.requested_precision(),
-        )
+        """The run these settings describe, trained from scratch, AdamW with the rules' fixed values."""
+        adamw = (self.max_lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY)
+        return self.llama_run_spec(self.model_shape(), GRAD_CLIP_NORM, adamw, fp8_recipe=self.fp8_recipe)
 
     def end_lr(self) -> float:
         return END_LR_FACTOR * self.max_lr
