@@ -60,16 +60,16 @@ from training.llama.step import train_step
 
 def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
     kind, precision, *modes = variant.split("-")
-    unknown = set(modes) - set(LLAMA_MODIFIERS)
-    if unknown:
-        raise SystemExit(f"variant {variant}: unknown modifier(s) {', '.join(sorted(unknown))}")
     compiled = "compile" in modes or (args.compile and "eager" not in modes)
+    try:
+        spec = llama_variant(llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
+    except ValueError as err:
+        raise SystemExit(f"variant {variant}: {err}") from None
     if precision == "fp8" and device.type != "cuda":
         return {"skipped": "torchao's FP8 needs a GPU"}
     torch.manual_seed(0)
     world = dist.get_world_size()
     layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
-    spec = llama_variant(llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
     ours = kind == "ours"
     if ours:  # the trainer's build, features and step (`training.llama.step.train_step`: its loss, compiled
         # with the blocks, and its clip, folded into the fused AdamW)

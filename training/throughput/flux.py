@@ -89,7 +89,8 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
             block.compile()
         applied["compile"] = f"torch.compile per block ({len(blocks(model))} blocks)"
     param_dtype = torch.bfloat16 if on_gpu else torch.float32
-    applied["data_parallel"] = gradient_sync(shard(model, mesh, param_dtype), args.reduce_each_iteration)
+    sharding = shard(model, mesh, param_dtype)
+    applied["data_parallel"] = gradient_sync(sharding, mesh is not None, args.reduce_each_iteration)
     if on_gpu:
         model.to_empty(device=device)
         init_weights(model)

@@ -111,7 +111,8 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
         **applied.lines(),
         "optimizer": f"AdamW ({applied.optimizer}), clip {CLIP_NORM}",
     }
-    backends["data_parallel"] = gradient_sync(applied.data_parallel.description, args.reduce_each_iteration)
+    sync = gradient_sync(applied.data_parallel.description, applied.sharded, args.reduce_each_iteration)
+    backends["data_parallel"] = sync
     return Workload(
         name=spec.name,
         unit="sequence",

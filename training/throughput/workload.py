@@ -26,9 +26,10 @@ class Workload:
     model: torch.nn.Module  # the model the step runs (`--batch_size auto` measures its forward)
 
 
-def gradient_sync(data_parallel: str, reduce_each_iteration: bool) -> str:
-    """The data-parallel backend's description with when FSDP2 reduce-scatters the gradients."""
-    if data_parallel == "off":
+def gradient_sync(data_parallel: str, sharded: bool, reduce_each_iteration: bool) -> str:
+    """The data-parallel backend's description with, where FSDP2 shards the model, when it reduce-scatters
+    the gradients."""
+    if not sharded:
         return data_parallel
     when = "after every iteration" if reduce_each_iteration else "once per optimizer step"
     return f"{data_parallel}; gradients reduce-scattered {when}"
