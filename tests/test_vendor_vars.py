@@ -91,6 +91,18 @@ def test_not_applicable_names_are_recorded_and_a_typo_is_still_refused(tmp_path)
         LoraConfig.from_env(LORA, ["EXTRA_PARAMS"])  # NVIDIA's BERT flags in a LoRA config: a mistake
 
 
+def test_amds_8b_fp8_params_trains_fp8_as_its_trainer_does():
+    """AMD's 8B config says nothing of FP8 but FP8_PARAMS=1: its train.py trains FP8 (HYBRID) always, so the
+    file sourced unchanged trains FP8 here, not bf16; a PRECISION that says otherwise is refused by name."""
+    cfg = LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP8_PARAMS": "1"}, ["FP8_PARAMS"])
+    assert cfg.requested_precision() == "fp8" and cfg.fp8_param_gather
+    assert cfg.vendor_names["honored"] == {"FP8_PARAMS=1": "PRECISION=fp8, FP8_PARAM_GATHER=1"}
+    with pytest.raises(ConfigError, match=r"FP8_PARAMS=1 .* gives PRECISION=fp8, but PRECISION=bf16 is set"):
+        LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP8_PARAMS": "1", "PRECISION": "bf16"})
+    off = LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP8_PARAMS": "0"})
+    assert off.requested_precision() == "auto" and not off.fp8_param_gather
+
+
 def test_a_vendor_name_and_ours_given_with_one_value_agree():
     cfg = LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP8_PARAMS": "1", "FP8_PARAM_GATHER": "True"})
     assert cfg.fp8_param_gather

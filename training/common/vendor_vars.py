@@ -154,6 +154,14 @@ def _hybrid(value: str, env: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
+def _fp8_params(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    """AMD's 8B: FP8 parameters exist only in an FP8 run, and its train.py trains FP8 (HYBRID) whatever the
+    config says, so a config that sets FP8_PARAMS=1 trains FP8 here too rather than bf16."""
+    if _flag(value, "FP8_PARAMS"):
+        return {"PRECISION": "fp8", "FP8_PARAM_GATHER": "1"}
+    return {"FP8_PARAM_GATHER": "0"}
+
+
 def _fp4(value: str, env: Mapping[str, str]) -> dict[str, str]:
     if _flag(value, "FP4"):
         raise VendorError(
@@ -279,9 +287,9 @@ ROWS: list[VendorVar] = [
     ),
     *_honored(
         "FP8_PARAMS",
-        "AMD's 8B FP8 parameters: here the FP8 linears' weights are all-gathered in FP8 "
-        "(FP8_PARAM_GATHER); the master weights stay in higher precision",
-        _same("FP8_PARAM_GATHER"),
+        "AMD's 8B FP8 parameters: 1 is PRECISION=fp8 (its trainer always trains FP8) with the FP8 linears' "
+        "weights all-gathered in FP8 (FP8_PARAM_GATHER=1); the master weights stay in higher precision",
+        _fp8_params,
         ("llama31_8b",),
     ),
     *_honored(
