@@ -54,8 +54,9 @@ HEADLINE = (
          "ours-fp8native-synceach", "ours-bf16-synceach", "ours, bf16, compiled"),
     Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
          "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
-         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_flash4.json", "ours-fp8native-synceach-flash4-bf16reduce",
-         "ours-fp8native-synceach-flash4", "ours, the same, float32 reduce-scatter", readme=True),
+         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_flash4.json",
+         "ours-fp8native-synceach-flash4-bf16reduce", "ours-fp8native-synceach-flash4",
+         "ours, the same, float32 reduce-scatter", readme=True),
     Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
          "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
          f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_sdpa.json", "ours-fp8native-synceach-bf16reduce",

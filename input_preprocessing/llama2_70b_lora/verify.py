@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -282,50 +283,67 @@ def check_model(model_dir: Path, meta: dict, full: bool) -> list[str]:
     return problems + check_weights(model_dir, set(recorded), expected)
 
 
-def nemo_checkpoint_problem(model_dir: Path) -> str | None:
-    """One line naming the command that gets the Hugging Face safetensors, when `model_dir` holds AMD's NeMo
-    checkpoint instead (its prepare_data_and_model.sh leaves model_weights/ and model_config.yaml, v5.0 also
-    llama2-70b.nemo); None otherwise. The same line as training/llama2_70b_lora/preflight.py's."""
-    hf = (model_dir / "model.safetensors.index.json").is_file() or (model_dir / "model.safetensors").is_file()
-    marks = ["model_weights/"] if (model_dir / "model_weights").is_dir() else []
-    marks += sorted(p.name for p in (*model_dir.glob("*.nemo"), *model_dir.glob("model_config.yaml")))
+def data_folder(datadir: Path) -> Path:
+    """The folder holding train.npy and validation.npy: DATADIR/data (ours, AMD's), or DATADIR itself where
+    the rows lie there and not in data/ (NVIDIA's gov_report/). As the trainer's `folders.data_dir`."""
+    nested = datadir / "data"
+    return datadir if not (nested / "train.npy").is_file() and (datadir / "train.npy").is_file() else nested
+
+
+def nemo_checkpoint_problem(folder: Path) -> str | None:
+    """One line naming the command that gets the Hugging Face safetensors, when `folder` holds a NeMo
+    checkpoint instead (AMD's prepare_data_and_model.sh leaves model_weights/ and model_config.yaml, v5.0 also
+    llama2-70b.nemo; NVIDIA's NeMo 2 import leaves context/ and weights/*.distcp); None otherwise. The same
+    line as the trainer's preflight (`training/llama2_70b_lora/folders.py`), which runs this verifier as a
+    command next and prints it once: written twice because input_preprocessing/ imports no training
+    benchmark (tests/test_layering.py), and tests/llama2_70b_lora_data/test_their_layouts.py checks that the
+    two agree."""
+    hf = (folder / "model.safetensors.index.json").is_file() or (folder / "model.safetensors").is_file()
+    marks = ["model_weights/"] if (folder / "model_weights").is_dir() else []
+    marks += sorted(p.name for p in (*folder.glob("*.nemo"), *folder.glob("model_config.yaml")))
+    if (folder / "context").is_dir() and any((folder / "weights").glob("*.distcp")):
+        marks += ["context/", "weights/*.distcp"]
     if hf or not marks:
         return None
     command = "HF_TOKEN=... ./input_preprocessing/llama2_70b_lora/prepare_data.sh"
     return (
-        f"{model_dir} holds AMD's NeMo checkpoint ({', '.join(marks)}), not the Hugging Face safetensors "
-        f"this toolkit reads: get them with {command} --outputdir {model_dir.parent} (writes "
-        f"{model_dir.parent / 'model'}, keeps the data beside it)"
+        f"{folder} holds a NeMo checkpoint ({', '.join(marks)}), not the Hugging Face safetensors this "
+        f"toolkit reads: get them with {command} --outputdir {folder.parent} (writes "
+        f"{folder.parent / 'model'}, keeps the data beside it)"
     )
 
 
-def verify(datadir: Path, full: bool = False) -> list[str]:
-    """Every problem with DATADIR (empty: fine); only one, naming the command to run, when its model folder
-    holds AMD's NeMo checkpoint."""
-    nemo = nemo_checkpoint_problem(datadir / "model")
+def verify(datadir: Path, full: bool = False, model_folder: Path | None = None) -> list[str]:
+    """Every problem with DATADIR (empty: fine): its rows where our, AMD's or NVIDIA's layout keeps them, its
+    model in `model_folder` (MODEL) or DATADIR/model; only one, naming the command to run, when
+    the model folder holds a NeMo checkpoint."""
+    model_dir = model_folder if model_folder is not None else datadir / "model"
+    nemo = nemo_checkpoint_problem(model_dir)
     if nemo:
         return [nemo]
-    data_dir = datadir / "data"
+    data_dir = data_folder(datadir)
     if not data_dir.is_dir():
-        hint = " (DATADIR is the folder holding data/ and model/)" if (datadir / "train.npy").exists() else ""
-        return [f"missing: {data_dir}{hint}"]
+        return [f"missing: {data_dir} (DATADIR holds data/ and model/, or the rows with MODEL set)"]
+    if data_dir == datadir and model_folder is None and not model_dir.is_dir():
+        return [f"{datadir} holds the rows themselves (NVIDIA's gov_report/): set MODEL to the Hugging Face "
+                "checkpoint's folder, or make DATADIR the folder holding data/ and model/"]  # fmt: skip
     try:
         meta = layout.read_meta(data_dir) or mlperf_meta()
     except ValueError as err:
         return [str(err)]
     if meta["kind"] == "mlperf":
         meta = {**meta, **mlperf_meta()}
-    return check_data(data_dir, meta, full) + check_model(datadir / "model", meta, full)
+    return check_data(data_dir, meta, full) + check_model(model_dir, meta, full)
 
 
-def unsampled(datadir: Path) -> list[str]:
+def unsampled(datadir: Path, model_folder: Path | None = None) -> list[str]:
     """The data and model files whose sampled blocks no meta.json records."""
     try:
-        meta = layout.read_meta(datadir / "data") or mlperf_meta()
+        meta = layout.read_meta(data_folder(datadir)) or mlperf_meta()
     except ValueError:
         return []
     names = [f"data/{spec['file']}" for spec in meta["splits"].values() if not spec.get(KEY)]
-    recorded = model.read_meta(datadir / "model").get("files", {})
+    recorded = model.read_meta(model_folder or datadir / "model").get("files", {})
     return names + [f"model/{name}" for name, rec in recorded.items() if not rec.get(KEY)]
 
 
@@ -342,11 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preflight", action="store_true", help="as the benchmark's preflight runs it (fast)"
     )
+    parser.add_argument(
+        "--model", type=Path, default=os.environ.get("MODEL") or None,
+        help="the Hugging Face checkpoint's folder (default: $MODEL, else DATADIR/model)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    problems = verify(args.datadir, args.full)
+    problems = verify(args.datadir, args.full, args.model)
     for problem in problems:
         print(f"verify: {problem}", file=sys.stderr)
-    skipped = [] if args.full else unsampled(args.datadir)
+    skipped = [] if args.full else unsampled(args.datadir, args.model)
     if skipped:
         print(f"verify: note: no sampled-block checksums recorded for {', '.join(skipped)}: {SKIPPED}")
     print(

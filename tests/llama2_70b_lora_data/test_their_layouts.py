@@ -52,7 +52,7 @@ def test_amds_nemo_checkpoint_is_one_line_naming_the_command(amd_datadir, versio
     )
     command = "HF_TOKEN=... ./input_preprocessing/llama2_70b_lora/prepare_data.sh"
     line = (
-        f"{model} holds AMD's NeMo checkpoint ({marks}), not the Hugging Face safetensors this toolkit "
+        f"{model} holds a NeMo checkpoint ({marks}), not the Hugging Face safetensors this toolkit "
         f"reads: get them with {command} --outputdir {amd_datadir} (writes {model}, keeps the data beside it)"
     )
     assert verify.verify(amd_datadir) == [line]
@@ -83,3 +83,54 @@ def test_with_the_safetensors_in_model_their_folder_passes(amd_datadir, capsys):
     assert verify.verify(amd_datadir, full=True) == []
     assert verify.main([str(amd_datadir), "--preflight"]) == 0, capsys.readouterr().err
     assert preflight.check({**ENV, "DATADIR": str(amd_datadir)}) == []
+
+
+@pytest.fixture
+def nvidia_dataset(world, tmp_path):
+    """<dataset>/gov_report/{train,validation}.npy and <dataset>/model as NVIDIA's README lays them out
+    (`download_dataset.py --data_dir <dataset>/gov_report`): DATADIR the gov_report folder, MODEL set."""
+    folder = tmp_path / "dataset"
+    for split, rows in world.rows.items():
+        layout.save_rows(folder / "gov_report" / f"{split}.npy", rows)
+    return folder
+
+
+def test_nvidias_gov_report_folder_with_a_hugging_face_model_passes(nvidia_dataset, capsys):
+    datadir, model = nvidia_dataset / "gov_report", nvidia_dataset / "model"
+    write_fake_model(model)
+    assert verify.verify(datadir, model_folder=model) == []
+    assert verify.main([str(datadir), "--preflight", "--model", str(model)]) == 0, capsys.readouterr().err
+    assert preflight.check({**ENV, "DATADIR": str(datadir), "MODEL": str(model)}) == []
+
+
+def test_nvidias_nemo_model_is_the_same_one_line(nvidia_dataset):
+    datadir, model = nvidia_dataset / "gov_report", nvidia_dataset / "model"
+    (model / "context" / "nemo_tokenizer").mkdir(parents=True)
+    (model / "weights").mkdir()
+    (model / "weights" / "__0_0.distcp").write_bytes(b"shard")
+    line = verify.verify(datadir, model_folder=model)
+    assert len(line) == 1 and "holds a NeMo checkpoint (context/, weights/*.distcp)" in line[0], line
+    assert f"--outputdir {nvidia_dataset}" in line[0]
+    assert preflight.check({**ENV, "DATADIR": str(datadir), "MODEL": str(model)}) == line
+
+
+@pytest.mark.parametrize("vendor", ["amd-v5.0", "amd-v5.1", "nvidia"])
+def test_the_verifier_and_the_preflight_say_the_same_line(tmp_path, vendor):
+    """Written twice (input_preprocessing/ imports no training benchmark): the two must agree."""
+    from training.llama2_70b_lora import folders
+
+    model = tmp_path / "model"
+    if vendor == "nvidia":
+        (model / "context").mkdir(parents=True)
+        (model / "weights").mkdir()
+        (model / "weights" / "__0_1.distcp").write_bytes(b"shard")
+    else:
+        model.mkdir()
+        amd_nemo_model(model, vendor.split("-")[1])
+    assert verify.nemo_checkpoint_problem(model) == folders.nemo_checkpoint_problem(model) is not None
+    write_fake_model(model)
+    assert verify.nemo_checkpoint_problem(model) is folders.nemo_checkpoint_problem(model) is None
+    for datadir in (tmp_path / "ours", tmp_path / "gov_report"):
+        (datadir / "data" if datadir.name == "ours" else datadir).mkdir(parents=True)
+        ((datadir / "data" if datadir.name == "ours" else datadir) / "train.npy").write_bytes(b"rows")
+        assert verify.data_folder(datadir) == folders.data_dir(datadir)

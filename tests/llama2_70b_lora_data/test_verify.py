@@ -135,9 +135,11 @@ def test_the_tokenizer_must_match_the_data(sample_dir):
     ]
 
 
-def test_datadir_is_the_folder_above_data(sample_dir):
+def test_datadir_holding_the_rows_needs_model(sample_dir):
+    """DATADIR may be the rows' folder (NVIDIA's gov_report/), with MODEL naming the checkpoint."""
     (problem,) = verify.verify(sample_dir / "data")
-    assert "DATADIR is the folder holding data/ and model/" in problem
+    assert "set MODEL to the Hugging Face checkpoint's folder" in problem
+    assert verify.verify(sample_dir / "data", model_folder=sample_dir / "model") == []
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from training.llama.model import PRESETS, LlamaShape
 from training.llama.optim import cosine_with_warmup
 from training.llama.parallel import Parallelism, feature_problems, layout
 from training.llama.settings import LlamaRunSettings
+from training.llama2_70b_lora import folders
 from training.lora import LoraSettings
 from training.lora.fused import KERNEL_CHOICES
 
@@ -225,9 +226,10 @@ class LoraConfig(LlamaRunSettings):
         )  # fmt: skip
 
     def paths(self) -> dict[str, Path]:
-        data = self.datadir / "data"
+        """The rows and the model, in our layout, AMD's or NVIDIA's (`folders`)."""
+        data = folders.data_dir(self.datadir)
         return {"train": data / "train.npy", "valid": data / "validation.npy",
-                "model": self.model_dir or self.datadir / "model"}  # fmt: skip
+                "model": folders.model_dir(self.datadir, self.model_dir)}  # fmt: skip
 
     def deviations(self, shape_is_official: bool) -> list[str]:
         """Settings that make this run something other than the MLPerf benchmark."""

@@ -1,7 +1,8 @@
 """Llama 2 70B LoRA's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight`.
 
-Seconds, not minutes: the config parses; a model folder holding AMD's NeMo checkpoint instead of Hugging Face
-safetensors is one line naming the command that gets them, and nothing else is checked; the layout fits
+Seconds, not minutes: the config parses; a model folder holding a NeMo checkpoint (AMD's or NVIDIA's) instead
+of Hugging Face safetensors is one line naming the command that gets them, and nothing else is checked; the
+layout fits
 DGXNNODES x DGXNGPU (and the launcher's world size), the data files and the checkpoint's config.json are where
 the config says, the checkpoint's shape is a Llama's, FP8 has a backend, and the node has the GPUs the config
 asks for. (The rows and the checkpoint's files are checked by the data verifier the benchmark table names,
@@ -11,27 +12,9 @@ which the preflight runs next.)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from training.common.preflight import check_gpus, load_config
-
-
-def nemo_checkpoint_problem(model_dir: Path) -> str | None:
-    """One line naming the command that gets the Hugging Face safetensors, when `model_dir` holds AMD's NeMo
-    checkpoint instead (its prepare_data_and_model.sh leaves model_weights/ and model_config.yaml, v5.0 also
-    llama2-70b.nemo); None otherwise. The same line as the data verifier's
-    (input_preprocessing/llama2_70b_lora/verify.py), which the preflight runs next: it is printed once."""
-    hf = (model_dir / "model.safetensors.index.json").is_file() or (model_dir / "model.safetensors").is_file()
-    marks = ["model_weights/"] if (model_dir / "model_weights").is_dir() else []
-    marks += sorted(p.name for p in (*model_dir.glob("*.nemo"), *model_dir.glob("model_config.yaml")))
-    if hf or not marks:
-        return None
-    command = "HF_TOKEN=... ./input_preprocessing/llama2_70b_lora/prepare_data.sh"
-    return (
-        f"{model_dir} holds AMD's NeMo checkpoint ({', '.join(marks)}), not the Hugging Face safetensors "
-        f"this toolkit reads: get them with {command} --outputdir {model_dir.parent} (writes "
-        f"{model_dir.parent / 'model'}, keeps the data beside it)"
-    )
+from training.llama2_70b_lora.folders import nemo_checkpoint_problem
 
 
 def check(environ: Mapping[str, str]) -> list[str]:
