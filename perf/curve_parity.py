@@ -25,7 +25,10 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
   (`from_hf_state_dict`): eager, compiled, native FP8.
 
 Verdict per variant: the benches' one verdict and tolerance table (`perf/lib/parity.py`), over all steps for
-bf16 variants, after the first `FP8_WARMUP` steps for FP8 ones (their delayed scaling learns its scales); the
+bf16 variants, after the first `FP8_WARMUP` steps for FP8 ones (their delayed scaling learns its scales),
+beside a bf16 control run where one ran (`--lora-control`: at each step a variant may part from the
+reference by the tolerance plus the control's own distance, so a chaotic stretch of random weights is neither
+a failure nor a hiding place); the
 table shows the largest relative difference of its per-step loss from the reference's and the mean over the
 last 10 steps. Model FLOPs are not counted: this is about numbers.
 """
@@ -96,6 +99,10 @@ def part_lora(args, device) -> dict:
     if args.lora_variants:
         chosen = [v for v in args.lora_variants.split(",") if v != reference]
         variants = ([reference] if reference.startswith("ours") else []) + chosen  # (peft's runs first)
+    control = args.lora_control or ("ours-bf16-compile" if args.mlperf_regime else None)
+    control = None if control == "none" else control
+    if control and control not in variants:
+        variants.append(control)
     warmup = warmup if args.lora_warmup is None else args.lora_warmup
     if reference == "peft-bf16":
         torch.manual_seed(0)
@@ -108,8 +115,8 @@ def part_lora(args, device) -> dict:
         _, step = lora_ours(shape, modes, device, dropout, warmup)
         curves[name] = train_curve(step, batches)
         release(device)
-    return {"reference": reference, "shape": str(shape), "curves": curves, "vocab": shape.vocab_size,
-            "dropout": dropout, "warmup_steps": warmup}  # fmt: skip
+    return {"reference": reference, "control": control, "shape": str(shape), "curves": curves,
+            "vocab": shape.vocab_size, "dropout": dropout, "warmup_steps": warmup}  # fmt: skip
 
 
 # ---- Llama 3.1 8B ----
@@ -273,6 +280,10 @@ def main() -> int:
     ap.add_argument("--lora-variants", default=None,
                     help="lora: the variants to run (e.g. ours-bf16-compile,ours-fp8native; a name's "
                          "modes: eager, compile, fp8native, fp8w)")  # fmt: skip
+    ap.add_argument("--lora-control", default=None,
+                    help="lora: a bf16 variant run beside the others whose distance from the reference "
+                         "widens their tolerance step by step (`perf/lib/parity.py`; default with "
+                         "--mlperf-regime ours-bf16-compile, else none)")  # fmt: skip
     ap.add_argument("--lora-warmup", type=int, default=None,
                     help="lora: warm-up steps of the learning rate (5; 0 with --mlperf-regime)")  # fmt: skip
     args = ap.parse_args()
@@ -290,7 +301,8 @@ def main() -> int:
         part_args.seq = args.seq or (64 if args.tiny else {"lora": 8192, "llama": 2048, "bert": 128}[name])
         part = {"lora": part_lora, "llama": part_llama, "bert": part_bert}[name](part_args, device)
         uniform = part.get("uniform") or parity.uniform_loss(part["vocab"])
-        part["verdicts"] = parity.curve_verdicts(part["curves"], part["reference"], uniform, FP8_WARMUP)
+        part["verdicts"] = parity.curve_verdicts(part["curves"], part["reference"], uniform, FP8_WARMUP,
+                                                 part.get("control"))  # fmt: skip
         part["seconds"] = time.perf_counter() - t0
         results["parts"][name] = part
         print(f"  {name}: {json.dumps(part['verdicts'])} ({part['seconds']:.0f} s)", flush=True)
@@ -303,7 +315,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for name, part in results["parts"].items():
         for variant, v in part["verdicts"].items():
-            verdict = "reference" if variant == part["reference"] else ("ok" if v["ok"] else "**FAIL**")
+            role = {part["reference"]: "reference", part.get("control"): "control; "}.get(variant, "")
+            verdict = "reference" if role == "reference" else role + ("ok" if v["ok"] else "**FAIL**")
             off, last = 100 * v["max_rel_dev"], 100 * v["mean_rel_dev_last10"]
             print(f"| {name} | {variant} | {v['first']:.4f} | {v['last']:.4f} | {off:.2f} | {last:.2f} | "
                   f"{verdict} |")  # fmt: skip

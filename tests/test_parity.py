@@ -79,3 +79,38 @@ def test_a_reference_that_does_not_repeat_itself_decides_nothing():
     runs = {"ref": {"losses": REF_A}, "fast": {"losses": REF_A}}
     parity.check_all(runs, "ref", 11.76, twin=parted)
     assert runs["fast"]["parity"]["undetermined"] and runs["ref"]["parity"]["ok"]
+
+
+def test_a_control_run_widens_the_tolerance_only_where_bf16_itself_parts():
+    """A spike from random weights where two bf16 runs part by 4%: FP8 6% off there passes beside the control
+    (5% + 4%), and fails without it; 12% off there (more than the control explains) fails; off by 6% on a
+    calm stretch, where the control agrees, fails."""
+    ref = [12.0, 11.8, 11.5, 11.2, 11.0, 15.6, 11.0, 10.8, 10.6, 10.5]
+    control = list(ref)
+    control[5] = ref[5] * 1.04
+    spiky = list(ref)
+    spiky[5] = ref[5] * 1.06
+    assert not parity.verdict(spiky, ref, math.log(V), "fp8")["ok"]
+    record = parity.verdict(spiky, ref, math.log(V), "fp8", control=control)
+    assert record["ok"], record
+    assert record["chaotic_steps"] == 1 and "the control 4.0% off" in record["verdict"]
+    hidden = list(ref)
+    hidden[5] = ref[5] * 1.12
+    assert not parity.verdict(hidden, ref, math.log(V), "fp8", control=control)["ok"]
+    calm = list(ref)
+    calm[8] = ref[8] * 1.06
+    record = parity.verdict(calm, ref, math.log(V), "fp8", control=control)
+    assert not record["ok"] and "at step 8" in record["verdict"], record
+
+
+def test_curve_verdicts_judge_the_control_itself_by_the_plain_tolerance():
+    ref = [12.0, 11.8, 11.5, 11.2, 11.0, 15.6, 11.0, 10.8, 10.6, 10.5]
+    control = list(ref)
+    control[5] = ref[5] * 1.04
+    fp8 = list(ref)
+    fp8[5] = ref[5] * 1.06
+    curves = {"ours-bf16": ref, "ours-bf16-eager": control, "ours-fp8native": fp8}
+    verdicts = parity.curve_verdicts(curves, "ours-bf16", math.log(V), 0, control="ours-bf16-eager")
+    assert verdicts["ours-fp8native"]["ok"]
+    assert not verdicts["ours-bf16-eager"]["ok"]  # the chaotic stretch is the control's own 4%: said so
+    assert not parity.curve_verdicts(curves, "ours-bf16", math.log(V), 0)["ours-fp8native"]["ok"]
