@@ -2,12 +2,9 @@
 # Llama 2 70B LoRA on 1 node x 4 H100: config_H100_1x8x1.sh's recipe on 4 GPUs at its global batch (GBS 8 =
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
 # Memory: every block recomputed, as the parent. On 4 x H100, 80 blocks, native FP8, the H200 config's ACL=40
-# runs out of memory. The bench (perf/results/2026-11-27/bench_lora_80blocks_4xh100_acl_sweep.json): ACL=76
-# fits (peak 63.8 GiB against 52.6) but runs no faster than 80 (4.526 against 4.544 s a step, within its
-# spread); 72 and 64 ran out of memory in the first step's FP8 calibration pass while that pass kept every
-# block's bf16 activations. It recomputes them (training/fp8 `calibrate`), and a kept block costs 1.41 GiB of
-# the steady peak (on 4 x H200), which puts ACL 64 near 47.8 + 16 x 1.41 = 70 GiB here: 80 stays until a run
-# on H100 shows a lower ACL faster.
+# does not fit; ACL=76 fits but runs no faster than 80 (within the step's spread). A kept block costs about
+# 1.4 GiB of the steady peak, which puts ACL 64 near 70 GiB here: 80 stays until a run on H100 shows a lower
+# ACL faster (the measurements: perf/RESULTS_ARCHIVE.md, the LoRA ACL sweep on 4 x H100).
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H100_1x8x1.sh

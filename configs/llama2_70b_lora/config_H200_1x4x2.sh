@@ -3,8 +3,7 @@
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
 # Memory, measured on 4 x H200 with all 80 blocks (perf/lora_gpu.sh): each GPU holds twice the frozen weights
 # of the 8-GPU run. Native FP8 on GovReport's layout (one example a row, the dense batch) at ACL=24 peaks at
-# 126.8 GiB of 139.8 (the trainer's line, perf/results/2026-11-27/lora_trainer_4xh200_fp8_acl24_flash4.log;
-# the bench alike); a block kept rather than recomputed adds 1.41 GiB, its forward's saved tensors. The first
+# 126.8 GiB of 139.8 (the trainer's own peak line; the bench alike); a block kept rather than recomputed adds 1.41 GiB, its forward's saved tensors. The first
 # step's FP8 calibration pass recomputes every block (training/fp8 `calibrate`), so the steady step sets the
 # peak. The speed of this mode against HF + peft: perf/RESULTS.md. PRECISION=bf16 needs ACL=64 on packed rows;
 # on the dense batch it has not run.
