@@ -219,6 +219,19 @@ def test_the_names_said_not_applicable_are_so_in_the_vocabulary():
 
 
 CANNOT = next(t for t in TABLES.get("What cannot run here", []) if len(t[0]) >= 3)
+OTHERWISE = next(t for t in TABLES.get("What runs otherwise than published", []) if len(t[0]) >= 3)
+
+
+@pytest.mark.parametrize("row", OTHERWISE[1:], ids=lambda r: r[0][:40])
+def test_what_runs_otherwise_is_said_as_quoted(row, tmp_path):
+    """Each row: a published config, and quoted, what its substitutions say on its own world size."""
+    (config,) = re.findall(r"`([^`]+\.sh)`", row[1])
+    quote = re.findall(r"`([^`]+)`", row[2])[0]
+    bench, env, _ = staged(PUBLISHED / config, tmp_path, {})
+    cfg, problems = trainer_config(bench, env)
+    assert cfg is not None and problems == [], problems
+    said = cfg.substitutions(int(env["DGXNNODES"]) * int(env["DGXNGPU"]))
+    assert any(quote in s for s in said), (quote, said)
 
 
 @pytest.mark.parametrize("row", CANNOT[1:], ids=lambda r: r[0][:40])

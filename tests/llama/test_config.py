@@ -52,7 +52,6 @@ def test_defaults_are_the_mlperf_values():
         ),
         ({"PP": "3"}, "32 layers do not split into PIPELINE_MODEL_PARALLEL_SIZE=3 equal stages"),
         ({"CP": "2", "COMPILE": "1"}, "CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented"),
-        ({"CP": "2", "TP": "2"}, "CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1"),
         ({"CP": "3"}, "SEQ_LENGTH=8192 is not a multiple of 2 x CONTEXT_PARALLEL"),
         ({"TP": "3"}, "NUM_QUERY_GROUPS=8 is not divisible by TENSOR_MODEL_PARALLEL_SIZE=3"),
         (
@@ -99,6 +98,18 @@ def test_nvidia_names_are_aliases_and_typos_are_caught():
         ConfigError, match="WARMUP_STEP: not a variable of this benchmark .did you mean WARMUP_STEPS"
     ):
         LlamaPretrainConfig.from_env(BASE, ["GBS", "WARMUP_STEP", "LR", "NCCL_DEBUG"])
+
+
+def test_tensor_with_context_parallelism_runs_as_context_parallelism_over_both_and_says_so():
+    """NVIDIA's 8B at 128 nodes (TP 2 x CP 4 on 512 GPUs, GBS 64 = MINIBS 1 x 512 / 8): CP 8 here, the same
+    data-parallel size and so global batch; said as a substitution, which a plain layout has none of."""
+    cfg = make(TP="2", CP="4", GBS="64", MBS="1", DGXNNODES="128", DGXNGPU="4")
+    assert cfg.model_layout() == (1, 1, 8)
+    par = cfg.parallelism(512)
+    assert (par.tp, par.cp, par.dp, par.grad_accum) == (1, 8, 64, 1)
+    (said,) = cfg.substitutions(512)
+    assert "TENSOR_MODEL_PARALLEL_SIZE=2 with CONTEXT_PARALLEL_SIZE=4 runs as CONTEXT_PARALLEL_SIZE=8" in said
+    assert make(CP="2").substitutions(8) == [] and make(TP="2").model_layout() == (2, 1, 1)
 
 
 def test_parallel_arithmetic():

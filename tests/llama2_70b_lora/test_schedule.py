@@ -63,14 +63,36 @@ def test_the_warm_up_is_logged_as_amd_and_nvidia_log_it():
 
 
 def test_nvidias_tp_pp_cp_count_in_the_global_batch_and_the_layout_is_fsdp():
-    """NVIDIA's MINIBS is per data-parallel rank: GBS = MINIBS x GPUs / (TP x PP x CP). LoRA here has no TP,
-    PP or CP: the same GBS runs as FSDP2 over every GPU, each taking GBS / GPUs sequences."""
+    """NVIDIA's MINIBS is per data-parallel rank: GBS = MINIBS x GPUs / (TP x PP x CP). LoRA here is FSDP2
+    over every GPU: each takes GBS / GPUs whole sequences where that is a whole number, and where the batch is
+    smaller than the world each sequence is split over the fewest GPUs that give all a share (context
+    parallelism), the data-parallel size NVIDIA's. Both said as substitutions."""
     cfg = lora(MINIBS="4", TP="4")  # NVIDIA v4.0's 1 x 8 H100: GBS 8
     assert cfg.global_batch_size(8) == 8
     assert cfg.parallelism(8) == Parallelism(8, 1, 1, 1, 8, 1)
     assert cfg.scale_problems(8) == []
+    (said,) = cfg.substitutions(8)
+    assert "TP=4 PP=1 CP=1" in said and "1 whole sequence(s) per GPU" in said
     big = lora(MINIBS="1", TP="4", CP="2", DGXNNODES="8")  # NVIDIA's 8 x 8 H100: GBS 8 over 64 GPUs
-    assert big.global_batch_size(64) == 8
-    (problem,) = big.scale_problems(64)
-    assert "GBS = MINIBS x GPUs / (TP x PP x CP) = 1 x 64 / 8 = 8 sequences on 64 GPUs" in problem
-    assert "FSDP2 over every GPU (no TP, PP or CP)" in problem
+    assert big.global_batch_size(64) == 8 and big.scale_problems(64) == []
+    assert big.parallelism(64) == Parallelism(64, 1, 1, 8, 8, 1)
+    (said,) = big.substitutions(64)
+    assert "each sequence over 8 GPUs (context parallelism)" in said
+    two = lora(MINIBS="2", CP="2", DGXNNODES="16", DGXNGPU="4")  # GBS 64 on 64: whole sequences, no split
+    assert two.parallelism(64) == Parallelism(64, 1, 1, 1, 64, 1)
+    assert lora().substitutions(8) == []
+
+
+def test_a_split_sequence_refuses_what_context_parallelism_cannot_run():
+    """The layout's own limits, named: compiled blocks and a sequence length the split does not divide."""
+    for env, needle in (
+        ({"COMPILE": "1"}, "CONTEXT_PARALLEL_SIZE>1 with COMPILE=1"),
+        ({"MAX_SEQLEN": "8200"}, "SEQ_LENGTH=8200 is not a multiple of 2 x CONTEXT_PARALLEL"),
+    ):
+        cfg = lora(MINIBS="1", CP="8", DGXNNODES="2", DGXNGPU="4", **env)
+        (problem,) = cfg.scale_problems(8)
+        assert "8 GPUs for GBS 1 split each sequence over 8 of them" in problem and needle in problem
+    with pytest.raises(ConfigError, match="LoRA with tensor or pipeline parallelism is not implemented"):
+        from training.llama.parallel import feature_problems
+
+        raise ConfigError("; ".join(feature_problems(2, 1, 1, None, False, 8192, 80, lora=True)))

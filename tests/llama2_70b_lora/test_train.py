@@ -36,7 +36,7 @@ def one_per_row(tmp_path_factory):
 def train(datadir: Path, logdir: Path, nproc: int = 1, **env: str) -> tuple[int, list[dict], str]:
     settings = {**BASE, "DGXNGPU": str(nproc), "DATADIR": str(datadir), "LOGDIR": str(logdir),
                 "RUN_TAG": "lora_1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **env}  # fmt: skip
-    if nproc > 1:
+    if nproc > 1 and "TP" not in env:  # NVIDIA's TP: MINIBS per data-parallel rank of theirs
         settings["MINIBS"] = str(int(settings["MINIBS"]) // nproc)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "training.llama2_70b_lora.train"]  # fmt: skip
@@ -87,11 +87,13 @@ def test_a_run_that_misses_its_target_ends_aborted_at_max_steps(one_per_row, tmp
 
 
 def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
-    """...and recomputing all but the attention kernel in the backward changes nothing either."""
+    """...and recomputing all but the attention kernel in the backward changes nothing either. The two
+    processes are given the batch as NVIDIA's configs give it, MINIBS per data-parallel rank of their tensor
+    parallelism (TP=2: GBS 2 = MINIBS 2 x 2 GPUs / 2): each process trains on one row of each step's two."""
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     _, one, log1 = train(datadir, tmp_path / "one", MAX_STEPS="6")
-    recompute = {"ACTIVATION_CHECKPOINTING": "1", "AC_KEEP_ATTENTION": "1"}
+    recompute = {"ACTIVATION_CHECKPOINTING": "1", "AC_KEEP_ATTENTION": "1", "TP": "2"}
     _, two, log2 = train(datadir, tmp_path / "two", nproc=2, MAX_STEPS="6", **recompute)
     evals = [[e["value"] for e in run if e["key"] == "eval_accuracy"] for run in (one, two)]
     assert len(evals[0]) == 2, log1[-2000:]

@@ -175,6 +175,13 @@ class RunSettings:
         """PRECISION, with NVIDIA's FP8=1 folded in."""
         return "fp8" if self.fp8_switch else self.precision
 
+    def substitutions(self, world_size: int) -> list[str]:
+        """What a run of this config on `world_size` ranks does otherwise than the config asks, a line each
+        naming the setting, what runs instead and why: a vendor layout or precision not implemented here, run
+        as the nearest one that is, with the same recipe. The preflight and the trainer print them; the
+        effective config records them. None by default."""
+        return []
+
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
         bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])

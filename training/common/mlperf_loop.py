@@ -101,9 +101,12 @@ class MLPerfRun:
         cfg = self.cfg
         for line in vendor_vars.describe(cfg.vendor_names):
             self.say(f"{self.prog}: {line}")
+        substitutions = cfg.substitutions(self.info.world_size)
+        for line in substitutions:
+            self.say(f"{self.prog}: runs otherwise than its config: {line}")
         if cfg.logdir and cfg.run_tag and self.info.is_main:
-            extra = {"seed": self.seed, **extra, "versions": backends.versions(),
-                     "available": backends.available()}  # fmt: skip
+            extra = {"seed": self.seed, **extra, "substitutions": substitutions,
+                     "versions": backends.versions(), "available": backends.available()}  # fmt: skip
             write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
 
     def train(

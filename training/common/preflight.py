@@ -14,15 +14,18 @@ from training.common.config import ConfigError, RunSettings
 def load_config(cls: type[RunSettings], environ: Mapping[str, str]) -> tuple[RunSettings | None, list[str]]:
     """(the config, its problems): parsed from the environment with the variables the launcher names
     (CONFIG_VARS), and its scale against the launcher's world size; (None, [the error]) if it does not
-    parse. Prints the vendor names it honored and those not applicable here (once per launch: the
-    preflight runs once)."""
+    parse. Prints the vendor names it honored and those not applicable here, and what runs otherwise
+    than the config asks (`substitutions`; once per launch: the preflight runs once)."""
     try:
         cfg = cls.from_env(environ, environ.get("CONFIG_VARS", "").split())
     except ConfigError as err:
         return None, [str(err)]
     for line in vendor_vars.describe(cfg.vendor_names):
         print(f"preflight: {line}")
-    return cfg, cfg.scale_problems(launch_world_size(environ))
+    world = launch_world_size(environ)
+    for line in cfg.substitutions(world or cfg.world_size()):
+        print(f"preflight: runs otherwise than its config: {line}")
+    return cfg, cfg.scale_problems(world)
 
 
 def check_gpus(wanted: int, cpu_demo: bool) -> list[str]:

@@ -162,17 +162,6 @@ def _fp8_params(value: str, env: Mapping[str, str]) -> dict[str, str]:
     return {"FP8_PARAM_GATHER": "0"}
 
 
-def _fp4(value: str, env: Mapping[str, str]) -> dict[str, str]:
-    if _flag(value, "FP4"):
-        raise VendorError(
-            "FP4=True: NVFP4 matmuls (Transformer Engine on Blackwell) are not implemented here, "
-            "and another precision is not swapped in silently: set FP4=False and FP8=True (or "
-            "PRECISION=bf16) to run this recipe in a precision that runs here, which is then "
-            "not the submission's"
-        )
-    return {}
-
-
 def _honored(name: str, why: str, to, benchmarks: tuple[str, ...] = ALL) -> list[VendorVar]:
     return [VendorVar(name, HONORED, why, benchmarks, to)]
 
@@ -292,10 +281,11 @@ ROWS: list[VendorVar] = [
         _fp8_params,
         ("llama31_8b",),
     ),
-    *_honored(
-        "FP4", "False: nothing to do; True (NVFP4) is refused, not swapped for another precision", _fp4, LLAMA
+    *_na(
+        "NVFP4 settings, read with FP4=True only (FP4 trains FP8 here: the Llama configs' FP4)",
+        "FP4_RECIPE FP4_PARAM",
+        LLAMA,
     ),
-    *_na("NVFP4 settings, used with FP4=True only (refused here)", "FP4_RECIPE FP4_PARAM", LLAMA),
     *_na(
         "amaxes are not all-reduced across ranks here: native FP8 scales each rank by its own amaxes",
         "FP8_REDUCE_AMAX TP_ONLY_AMAX_RED",

@@ -128,7 +128,12 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     if spec.fp8_weights and mesh is not None:
         raise ValueError("FP8_WEIGHTS=1 runs on one GPU only (FSDP2 shards bf16 weights instead)")
     shape = spec.shape
-    attention = choose_attention(spec.attention, device, shape.sliding_window)
+    split = mesh is not None and mesh["cp"].size() > 1
+    if split and spec.attention not in ("auto", "sdpa"):
+        raise ValueError(f"ATTENTION={spec.attention} cannot run with context parallelism: PyTorch's ring "
+                         "attention takes the place of SDPA only (ATTENTION=sdpa or auto)")  # fmt: skip
+    # with context parallelism, SDPA (ring attention inside the step's context); else the fastest that runs
+    attention = "sdpa" if split else choose_attention(spec.attention, device, shape.sliding_window)
     precision = choose_precision(spec.precision, device)
     compute = param_dtype(precision)
     init_first = device.type != "cuda" and spec.checkpoint is None and not spec.fp8_weights

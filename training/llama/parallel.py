@@ -72,10 +72,10 @@ def feature_problems(
     """The feature combinations that are not implemented (or cannot be), each naming its variables.
     `fp8_backend`: FP8_BACKEND when FP8 is on, else None; `lora`: LoRA adapters on."""
     problems = []
-    if lora and (tp > 1 or pp > 1 or cp > 1):
+    if lora and (tp > 1 or pp > 1):
         problems.append(
-            "LoRA with TENSOR_MODEL_PARALLEL_SIZE, PIPELINE_MODEL_PARALLEL_SIZE or "
-            "CONTEXT_PARALLEL_SIZE > 1 is not implemented (FSDP2 over data parallelism only)"
+            "LoRA with tensor or pipeline parallelism is not implemented (FSDP2 over data parallelism, "
+            "context parallelism where the global batch is smaller than the world)"
         )
     if pp > 1:
         # only torchao's stateless scaling is tested with pipelines: Transformer Engine would need its
@@ -92,9 +92,7 @@ def feature_problems(
         if num_layers % pp:
             problems.append(f"{num_layers} layers do not split into PIPELINE_MODEL_PARALLEL_SIZE={pp} equal "
                             "stages")  # fmt: skip
-    if cp > 1:
-        if tp > 1:
-            problems.append("CONTEXT_PARALLEL_SIZE>1 with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented")
+    if cp > 1:  # (with tensor parallelism too: the 8B runs them as context parallelism, `model_layout`)
         if compile:
             problems.append("CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented (PyTorch's context "
                             "parallelism swaps the attention function at run time)")  # fmt: skip

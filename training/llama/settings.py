@@ -47,6 +47,12 @@ class LlamaRunSettings(RunSettings):
     fp8_param_gather: bool = var(
         "FP8_PARAM_GATHER", True, help="FSDP2 all-gathers the FP8 linears' weights in FP8 (native, torchao)"
     )
+    fp4: bool = var(
+        "FP4",
+        False,
+        help="NVIDIA's NVFP4 switch. NVFP4 matmuls are not implemented here: FP4=True trains FP8 (PRECISION="
+        "fp8) and the run says so",
+    )
     adamw_impl: str = var(
         "ADAMW_IMPL",
         "auto",
@@ -104,6 +110,20 @@ class LlamaRunSettings(RunSettings):
             fp8_weights=fp8_weights,
         )
 
+    def requested_precision(self) -> str:
+        """PRECISION with FP8=1 folded in, and FP4=1 as FP8 (`substitutions`)."""
+        return "fp8" if self.fp4 else super().requested_precision()
+
+    def substitutions(self, world_size: int) -> list[str]:
+        """FP4=True, as FP8: NVIDIA's NVFP4 recipe (Transformer Engine on Blackwell) has no counterpart here,
+        so its configs train in the precision of their FP8 siblings (same systems, same recipe), not in the
+        submission's."""
+        if not self.fp4:
+            return []
+        return ["FP4=True: NVFP4 matmuls (Transformer Engine's, on Blackwell) are not implemented here; this "
+                "run trains FP8 (PRECISION=fp8, e4m3 forward, e5m2 gradients), the precision of NVIDIA's FP8 "
+                "configs of the same systems: the submission's recipe, not its precision"]  # fmt: skip
+
     @property
     def fp8(self) -> bool:
         """FP8 matmuls in the transformer blocks (PRECISION=fp8, or FP8=1)."""
@@ -111,7 +131,8 @@ class LlamaRunSettings(RunSettings):
 
     def llama_problems(self) -> list[str]:
         """The shared settings' choices, each naming its variable."""
-        return [
+        contradicted = self.fp4 and self.precision not in ("auto", "bf16", "fp8")
+        return [f"FP4=True (trained as FP8 here) contradicts PRECISION={self.precision}"] * contradicted + [
             f"{name}={value!r} is not one of {', '.join(choices)}"
             for name, value, choices in (
                 ("ATTENTION", self.attention, ATTENTIONS),

@@ -94,10 +94,24 @@ def forward_backward(step: Step, micro_batches: list[tuple]) -> torch.Tensor:
             cp_context, positions = parallel.context_parallel(step.mesh, tokens, labels)
             with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
                 with step.autocast, step.fp8.forward_context():
-                    loss = step.loss_fn(step.model(tokens, positions), labels)
+                    logits = step.model(tokens, positions)
+                    split = positions is not None
+                    loss = _chunk_loss(step, logits, labels) if split else step.loss_fn(logits, labels)
                 (loss / accum).backward()
         loss_sum += loss.detach() / accum
     return loss_sum
+
+
+def _chunk_loss(step: Step, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A context-parallel rank's share of its micro-batch's loss: its chunks' loss sum over the labelled
+    tokens of the whole micro-batch (counted over the CP group), times the CP size, so that FSDP2's mean over
+    the data- and context-parallel ranks gives the gradient of each micro-batch's mean loss. A plain mean
+    per chunk would weigh the chunks of a masked row (LoRA's prompt is not scored) by their own counts, and a
+    chunk of the prompt alone would be 0 / 0."""
+    group = step.mesh["cp"]
+    count = (labels != -100).sum().float()
+    torch.distributed.all_reduce(count, group=group.get_group())
+    return step.loss_fn(logits, labels, reduction="sum") * group.size() / count.clamp(min=1)
 
 
 def train_step(
@@ -115,7 +129,8 @@ def train_step(
         step.fp8_checked = True
     loss = forward_backward(step, micro_batches)
     # the mean of every rank's loss (data-parallel ranks read different sequences, context-parallel ranks
-    # different chunks of them, tensor-parallel ranks the same; of a pipeline only the last stage has it)
+    # shares of them scaled by the CP size, tensor-parallel ranks the same; of a pipeline only the last
+    # stage has it)
     loss = dist.all_reduce_sum(loss) / (step.layout.world_size // step.layout.pp)
     grad_norm = parallel.clip_grad_norm_(step.params, step.clip_norm, step.stages, step.optimizer)
     step.optimizer.step()

@@ -76,8 +76,8 @@ class LoraConfig(LlamaRunSettings):
     tp: int = var(
         "TP",
         1,
-        help="NVIDIA's tensor-parallel size, for the batch arithmetic only: LoRA here is FSDP2 over every "
-        "GPU, each taking GBS / GPUs sequences",
+        help="NVIDIA's tensor-parallel size: sets GBS with PP and CP; the layout here is FSDP2, with context "
+        "parallelism only where the global batch is smaller than the world",
         bounds="> 0",
     )
     pp: int = var("PP", 1, help="NVIDIA's pipeline-parallel size, as TP", bounds="> 0")
@@ -163,23 +163,54 @@ class LoraConfig(LlamaRunSettings):
         return self.minibs * (world_size // self.model_parallel())
 
     def parallelism(self, world_size: int) -> Parallelism:
-        """FSDP2 over every GPU (no TP, PP or CP with LoRA): each GPU takes GBS / world sequences per step,
-        in forwards of MBS. NVIDIA's TP/PP/CP only set GBS; a GBS smaller than the world, which their split
-        spreads each sequence over, cannot be laid out here."""
+        """FSDP2 over every GPU, each taking whole sequences where the global batch allows it (GBS / world
+        each, in forwards of MBS); where NVIDIA's TP x PP x CP leave fewer sequences than GPUs, each sequence
+        is split over the fewest GPUs that give every GPU a share (`context_split`: PyTorch's context
+        parallelism, ring attention), the data-parallel size and so GBS, the recipe and the data order as
+        theirs. A ConfigError naming the variables where neither fits."""
         split, gbs = self.model_parallel(), self.global_batch_size(world_size)
         if world_size % split:
             raise ConfigError(f"TP x PP x CP = {self.tp} x {self.pp} x {self.cp} = {split} does not divide "
                               f"the world size {world_size} (DGXNNODES x DGXNGPU)")  # fmt: skip
-        if split > 1 and gbs % world_size:
-            raise ConfigError(
-                f"GBS = MINIBS x GPUs / (TP x PP x CP) = {self.minibs} x {world_size} / {split} = {gbs} "
-                f"sequences on {world_size} GPUs: NVIDIA's TP={self.tp} PP={self.pp} CP={self.cp} spread "
-                f"each "
-                "sequence over several GPUs, but LoRA here is FSDP2 over every GPU (no TP, PP or CP), which "
-                "needs a whole number of sequences per GPU; this recipe needs fewer GPUs here (GBS or a "
-                "divisor of it)"
-            )
-        return layout(world_size, 1, 1, 1, gbs, self.micro_batch_size)
+        cp = self.context_split(world_size)
+        problems = feature_problems(1, 1, cp, self.fp8_backend if self.fp8 else None, self.compile,
+                                    self.seq_length, self.num_layers or 1, lora=True)  # fmt: skip
+        if problems:
+            raise ConfigError(f"{world_size} GPUs for GBS {gbs} split each sequence over {cp} of them: "
+                              + "; ".join(problems))  # fmt: skip
+        return layout(world_size, 1, 1, cp, gbs, self.micro_batch_size)
+
+    def substitutions(self, world_size: int) -> list[str]:
+        """NVIDIA's TP x PP x CP, as laid out here (`parallelism`)."""
+        out = super().substitutions(world_size)
+        if self.model_parallel() == 1:
+            return out
+        try:
+            par = self.parallelism(world_size)
+        except ConfigError:  # the preflight's scale check says why
+            return out
+        split = f"each sequence over {par.cp} GPUs (context parallelism)" if par.cp > 1 else (
+            f"{self.global_batch_size(world_size) // world_size} whole sequence(s) per GPU")  # fmt: skip
+        out.append(
+            f"TP={self.tp} PP={self.pp} CP={self.cp} (NVIDIA's split of each sequence) set GBS "
+            f"{self.global_batch_size(world_size)}; here FSDP2 over the {world_size} GPUs, {split}: the "
+            "same data-parallel ranks' batches, so the same recipe (LoRA with tensor or pipeline "
+            "parallelism is not implemented here)"
+        )
+        return out
+
+    def context_split(self, world_size: int) -> int:
+        """How many GPUs share each sequence: 1 where every GPU can take whole sequences (GBS a multiple of
+        MBS x world), else the smallest divisor of the world that leaves each data-parallel rank a whole
+        number of micro-batches (NVIDIA's TP x PP x CP at most, which does by construction)."""
+        gbs = self.global_batch_size(world_size)
+        for cp in range(1, self.model_parallel() + 1):
+            if world_size % cp == 0 and gbs % (self.micro_batch_size * (world_size // cp)) == 0:
+                return cp
+        raise ConfigError(
+            f"GBS = MINIBS x GPUs / (TP x PP x CP) = {self.minibs} x {world_size} / {self.model_parallel()} "
+            f"= {gbs} is not a multiple of MBS={self.micro_batch_size} x the data-parallel ranks"
+        )
 
     def warmup_steps(self) -> int:
         """NeMo's int(warmup_ratio x max_steps)."""

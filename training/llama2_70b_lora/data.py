@@ -75,6 +75,11 @@ def load_rows(path: Path, seq_length: int, vocab_size: int) -> Rows:
     return Rows(torch.from_numpy(tokens), torch.from_numpy(mask), starts)
 
 
+def packed(rows: Rows) -> bool:
+    """Whether any row holds more than one sequence."""
+    return any(len(starts) > 1 for starts in rows.starts)
+
+
 def micro_batch(rows: Rows, indices) -> tuple[torch.Tensor, ...]:
     """(tokens, labels) of shape (len(indices), MAX_SEQLEN) when each of the rows `indices` holds one
     sequence, else (tokens, labels, position_ids, cu_seqlens) of the rows laid end to end in one row."""
@@ -105,7 +110,7 @@ def _row(rows: Rows, i: int):
 
 class Sampler:
     """The rows of each optimizer step: a seeded permutation per epoch, GBS rows per step (an epoch's
-    remainder dropped), this rank's MINIBS of them as micro-batches of MBS."""
+    remainder dropped), the `minibs` of data-parallel rank `rank` as micro-batches of MBS."""
 
     def __init__(self, count: int, gbs: int, minibs: int, mbs: int, rank: int, seed: int):
         if count < gbs:

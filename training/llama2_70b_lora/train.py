@@ -48,7 +48,17 @@ def main() -> outcome.Outcome:
     valid_rows = data.load_rows(paths["valid"], cfg.seq_length, shape.vocab_size)
     log_hyperparameters(run.mllog, cfg, par, gbs, len(train_rows), len(valid_rows), is_llama2_70b(shape))
 
-    mesh = parallel.build_mesh(info.device.type, par.dp, 1)
+    if par.cp > 1 and info.device.type != "cuda":
+        raise ConfigError(
+            f"GBS {gbs} on {info.world_size} ranks splits each sequence over {par.cp} of them (context "
+            "parallelism), which needs GPUs: ring attention runs on the GPU kernels"
+        )
+    if par.cp > 1 and data.packed(train_rows):
+        raise ConfigError(
+            f"{paths['train']}: rows packing several sequences cannot be split over GPUs (context "
+            f"parallelism over {par.cp} GPUs here: GBS {gbs} on {info.world_size})"
+        )
+    mesh = parallel.build_mesh(info.device.type, par.dp, 1, par.cp)
     try:
         _, step, applied = build_run(spec, info.device, mesh, par)
     except ValueError as err:  # a kernel or backend asked for cannot run here; FP8_WEIGHTS on several GPUs
@@ -67,7 +77,8 @@ def main() -> outcome.Outcome:
                       "model_flops_per_token": flops_per_token})  # fmt: skip
     if cfg.warmup:
         warm_up(step, cfg.warmup_train_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
-    sampler = data.Sampler(len(train_rows), gbs, cfg.minibs, cfg.micro_batch_size, info.rank, seed)
+    dp_rank = info.rank // par.cp  # the ranks of a CP group read the same rows
+    sampler = data.Sampler(len(train_rows), gbs, gbs // par.dp, cfg.micro_batch_size, dp_rank, seed)
     first_eval, eval_every = cfg.eval_steps(info.world_size)
     validation = functools.cache(lambda: data.eval_batches(valid_rows, info.rank, info.world_size))
 

@@ -53,7 +53,10 @@ def main() -> outcome.Outcome:
     if par.cp > 1 and not on_gpu:
         raise ConfigError("CONTEXT_PARALLEL_SIZE>1 needs GPUs (ring attention runs on the CUDA/ROCm kernels)")
     mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp, par.pp)
-    _, step, applied = build_run(spec, info.device, mesh, par)
+    try:
+        _, step, applied = build_run(spec, info.device, mesh, par)
+    except ValueError as err:  # a kernel or backend asked for cannot run here or with this layout
+        raise ConfigError(str(err)) from None
     chosen = {"platform": backends.platform_name(), "precision": applied.precision,
               "attention": applied.attention, **applied.lines(),
               "optimizer": f"AdamW ({applied.optimizer})"}  # fmt: skip
