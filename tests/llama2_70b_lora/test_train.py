@@ -5,6 +5,7 @@ FSDP2 over 2 gloo processes training as one process, and configs' errors named."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from training.common.config import ConfigError
 from training.llama2_70b_lora.config import LoraConfig
 
 ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # packages added beside
 BASE = {"MINIBS": "2", "MBS": "1", "LR": "2e-3", "MAX_STEPS": "12", "VAL_CHECK_INTERVAL": "4",
         "SKIP_EVALS": "1", "MAX_SEQLEN": "64", "TARGET": "0.5", "CPU_DEMO": "1", "SEED": "3", "LOG_FREQ": "4",
         "WARMUP_TRAIN_STEPS": "1", "LORA_DROPOUT": "0"}  # fmt: skip
@@ -40,8 +42,9 @@ def train(datadir: Path, logdir: Path, nproc: int = 1, **env: str) -> tuple[int,
         settings["MINIBS"] = str(int(settings["MINIBS"]) // nproc)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "training.llama2_70b_lora.train"]  # fmt: skip
+    path = os.pathsep.join([str(ROOT), *PYTHONPATH])
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **settings})  # fmt: skip
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, **settings})  # fmt: skip
     log = proc.stdout + proc.stderr
     (logdir / "result_1.txt").write_text(log)
     events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.splitlines() if ":::MLLOG " in line]

@@ -135,6 +135,10 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     # with context parallelism, SDPA (ring attention inside the step's context); else the fastest that runs
     attention = "sdpa" if split else choose_attention(spec.attention, device, shape.sliding_window)
     precision = choose_precision(spec.precision, device)
+    if split and precision == "fp32":  # torch 2.11 on an H200: "aten.add.Tensor got mixed torch.Tensor and
+        # DTensor" in the ring attention's float32 (memory-efficient kernel) path
+        raise ValueError("PRECISION=fp32 cannot run with context parallelism here: PyTorch's ring attention "
+                         "computes in bf16 (PRECISION=bf16 or fp8)")  # fmt: skip
     compute = param_dtype(precision)
     init_first = device.type != "cuda" and spec.checkpoint is None and not spec.fp8_weights
     with torch.device("meta"):  # (no constructor draws random numbers: every path draws the same)
