@@ -129,6 +129,9 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         raise ValueError("FP8_WEIGHTS=1 runs on one GPU only (FSDP2 shards bf16 weights instead)")
     shape = spec.shape
     split = mesh is not None and mesh["cp"].size() > 1
+    if split and device.type != "cuda":
+        raise ValueError("context parallelism needs GPUs: PyTorch's ring attention runs on the CUDA/ROCm "
+                         "kernels only")  # fmt: skip
     if split and spec.attention not in ("auto", "sdpa"):
         raise ValueError(f"ATTENTION={spec.attention} cannot run with context parallelism: PyTorch's ring "
                          "attention takes the place of SDPA only (ATTENTION=sdpa or auto)")  # fmt: skip

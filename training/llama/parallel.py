@@ -66,17 +66,11 @@ def layout(world_size: int, tp: int, pp: int, cp: int, global_batch: int, micro_
 
 
 def feature_problems(
-    tp: int, pp: int, cp: int, fp8_backend: str | None, compile: bool, seq_length: int, num_layers: int,
-    lora: bool = False,
-) -> list[str]:  # fmt: skip
+    tp: int, pp: int, cp: int, fp8_backend: str | None, compile: bool, seq_length: int, num_layers: int
+) -> list[str]:
     """The feature combinations that are not implemented (or cannot be), each naming its variables.
-    `fp8_backend`: FP8_BACKEND when FP8 is on, else None; `lora`: LoRA adapters on."""
+    `fp8_backend`: FP8_BACKEND when FP8 is on, else None."""
     problems = []
-    if lora and (tp > 1 or pp > 1):
-        problems.append(
-            "LoRA with tensor or pipeline parallelism is not implemented (FSDP2 over data parallelism, "
-            "context parallelism where the global batch is smaller than the world)"
-        )
     if pp > 1:
         # only torchao's stateless scaling is tested with pipelines: Transformer Engine would need its
         # autocast around the schedule's forwards, and PyTorch's stage infers its shapes by running

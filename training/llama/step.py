@@ -95,7 +95,7 @@ def forward_backward(step: Step, micro_batches: list[tuple]) -> torch.Tensor:
             with cp_context:  # with CP: this rank's chunks of the sequences, ring attention
                 with step.autocast, step.fp8.forward_context():
                     logits = step.model(tokens, positions)
-                    split = positions is not None
+                    split = step.layout.cp > 1
                     loss = _chunk_loss(step, logits, labels) if split else step.loss_fn(logits, labels)
                 (loss / accum).backward()
         loss_sum += loss.detach() / accum

@@ -148,8 +148,6 @@ class LoraConfig(LlamaRunSettings):
         problems += self.llama_problems()
         if self.lora_kernel not in KERNEL_CHOICES:
             problems.append(f"LORA_KERNEL={self.lora_kernel!r} is not one of {', '.join(KERNEL_CHOICES)}")
-        problems += feature_problems(1, 1, 1, self.fp8_backend if self.fp8 else None, self.compile,
-                                     self.seq_length, self.num_layers or 1, lora=True)  # fmt: skip
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -174,7 +172,7 @@ class LoraConfig(LlamaRunSettings):
                               f"the world size {world_size} (DGXNNODES x DGXNGPU)")  # fmt: skip
         cp = self.context_split(world_size)
         problems = feature_problems(1, 1, cp, self.fp8_backend if self.fp8 else None, self.compile,
-                                    self.seq_length, self.num_layers or 1, lora=True)  # fmt: skip
+                                    self.seq_length, self.num_layers or 1)  # fmt: skip
         if problems:
             raise ConfigError(f"{world_size} GPUs for GBS {gbs} split each sequence over {cp} of them: "
                               + "; ".join(problems))  # fmt: skip

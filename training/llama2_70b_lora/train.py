@@ -48,11 +48,6 @@ def main() -> outcome.Outcome:
     valid_rows = data.load_rows(paths["valid"], cfg.seq_length, shape.vocab_size)
     log_hyperparameters(run.mllog, cfg, par, gbs, len(train_rows), len(valid_rows), is_llama2_70b(shape))
 
-    if par.cp > 1 and info.device.type != "cuda":
-        raise ConfigError(
-            f"GBS {gbs} on {info.world_size} ranks splits each sequence over {par.cp} of them (context "
-            "parallelism), which needs GPUs: ring attention runs on the GPU kernels"
-        )
     if par.cp > 1 and data.packed(train_rows):
         raise ConfigError(
             f"{paths['train']}: rows packing several sequences cannot be split over GPUs (context "

@@ -50,8 +50,6 @@ def main() -> outcome.Outcome:
     dist.seed_everything(seed)  # the same on every rank: weights are initialized shard by shard
 
     on_gpu = info.device.type == "cuda"
-    if par.cp > 1 and not on_gpu:
-        raise ConfigError("CONTEXT_PARALLEL_SIZE>1 needs GPUs (ring attention runs on the CUDA/ROCm kernels)")
     mesh = parallel.build_mesh(info.device.type, par.dp, par.tp, par.cp, par.pp)
     try:
         _, step, applied = build_run(spec, info.device, mesh, par)
