@@ -179,7 +179,7 @@ class RunSettings:
         """What a run of this config on `world_size` ranks does otherwise than the config asks, a line each
         naming the setting, what runs instead and why: a vendor layout or precision not implemented here, run
         as the nearest one that is, with the same recipe. The preflight and the trainer print them; the
-        effective config records them. None by default."""
+        effective config records them. Empty by default."""
         return []
 
     def shared_problems(self) -> list[str]:
