@@ -106,6 +106,26 @@ def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
     assert backends["backend_activation_checkpointing"].startswith("recompute but the attention kernel")
 
 
+def test_frozen_base_stored_as_fp8_shards_trains_as_the_fp8_all_gather(datadir, tmp_path):
+    """FP8_WEIGHTS=1 under FSDP2 (2 processes): each frozen weight's shard becomes its e4m3 codes, cast with
+    the whole weight's scale, and is all-gathered as it is; FP8_PARAM_GATHER=1 casts the bf16 shard with
+    that scale before every all-gather. The same codes reach every GEMM, so the evaluations are equal bit
+    for bit."""
+    fp8 = {"MAX_STEPS": "6", "PRECISION": "fp8", "FP8_BACKEND": "native", "FP8_PARAM_GATHER": "1"}
+    runs = {}
+    for name, extra in ("gathered", {}), ("stored", {"FP8_WEIGHTS": "1"}):
+        (tmp_path / name).mkdir()
+        rc, events, log = train(datadir, tmp_path / name, nproc=2, **fp8, **extra)
+        assert any(e["key"] == "run_stop" for e in events), log[-3000:]  # (target 0.5: not reached)
+        runs[name] = {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")}
+        runs[name]["evals"] = [e["value"] for e in events if e["key"] == "eval_accuracy"]
+    assert len(runs["stored"]["evals"]) == 2 and runs["stored"]["evals"] == runs["gathered"]["evals"]
+    assert "FP8 all-gather of 14 weights" in runs["gathered"]["backend_fp8"]
+    assert "stored" not in runs["gathered"]["backend_fp8"]
+    assert runs["stored"]["backend_fp8"].endswith("14 frozen weights stored as FP8 shards (all-gathered as "
+                                                  "stored)")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "env, needle",
     [

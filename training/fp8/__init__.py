@@ -24,9 +24,11 @@ from torch import nn
 from training.common.backends import importable
 from training.fp8 import casts, gather, native
 from training.fp8.choices import BACKENDS, CASTS, RECIPES
+from training.fp8.gather import store_shards_in_fp8
 from training.fp8.native import Fp8Linear, FusedFp8MLP
 
-__all__ = ["BACKENDS", "CASTS", "RECIPES"]  # the settings' values, kept in `choices` for the config code
+# the settings' values, kept in `choices` for the config code; FSDP2's FP8 shards, kept in `gather`
+__all__ = ["BACKENDS", "CASTS", "RECIPES", "store_shards_in_fp8"]
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _fuse_mlps(model: nn.Module, layout: MlpLayout) -> int:
 def store_weights_in_fp8(module: nn.Module) -> int:
     """Store the frozen weights of `module`'s native FP8 linears as e4m3 codes (`Fp8Linear.store_in_fp8`):
     half the memory of bf16 and no cast per forward, the same numbers. For a frozen base on one GPU (the
-    whole Llama 2 70B LoRA model in 70 GB). Returns how many."""
+    whole Llama 2 70B LoRA model in 70 GB); under FSDP2, `store_shards_in_fp8`. Returns how many."""
     linears = [m for m in module.modules() if isinstance(m, Fp8Linear) and not m.stores_fp8]
     for linear in linears:
         linear.store_in_fp8()

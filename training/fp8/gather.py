@@ -1,7 +1,8 @@
 """FSDP2 all-gathers of the native FP8 linears' weights in FP8 (`FP8_PARAM_GATHER`, as Megatron's
 `fp8_param_gather` and torchao's FP8 all-gather): ranks exchange 1 byte per element instead of bf16's 2, and
 no rank casts the gathered weight again (+1.0% to +1.4% per Llama 8B step on 2 x H200, 6 GiB less resharded:
-`perf/RESULTS.md`).
+`perf/RESULTS.md`). Frozen weights may keep their shards as the e4m3 codes themselves (`store_shards_in_fp8`,
+FP8_WEIGHTS under FSDP2: LoRA's base).
 
 A module takes part when it has `gathers_fp8 = True` (set here), a `w_scale` buffer and `triton` (its casts);
 this file knows no module class, so that the FP8 layers can import it.
@@ -36,7 +37,12 @@ class _Fp8GatheredWeight(torch.Tensor):
     whole weight's amax (`precompute_weight_scales`, after each optimizer step); then `fsdp_post_all_gather`
     writes the gathered codes, row-major and transposed (what the forward's and the input gradient's GEMMs
     take), into the bytes of the (out, in) bf16 tensor that FSDP2 gives the module as its weight (`unpack`:
-    the GEMMs read views; its gradient is a plain bf16 one, reduce-scattered as any other)."""
+    the GEMMs read views; its gradient is a plain bf16 one, reduce-scattered as any other).
+
+    A frozen weight's shard may hold its e4m3 codes instead (`store_shards_in_fp8`: LoRA's base under FSDP2,
+    half the memory of bf16 shards and no cast before each all-gather): the codes are all-gathered as they
+    are, and the gathered codes are the module's weight, an e4m3 (out, in) tensor, as a weight stored in FP8
+    on one GPU (`Fp8Linear.store_in_fp8`: the backward makes the transposed copy it needs)."""
 
     # ops whose results stay this subclass (FSDP2's sharding, padding and `to_empty`; nn.Parameter's detach);
     # any other op computes on the plain data and returns plain tensors
@@ -82,18 +88,29 @@ class _Fp8GatheredWeight(torch.Tensor):
             )
         rows = -(-outer_size[0] // mesh.size())  # FSDP2 pads the last ranks' shards to this many rows
         shard, n = self._data, self._data.shape[0]
+        if self.stored and n == rows:  # (FSDP2 copies it into its all-gather buffer)
+            return (shard,), outer_size[0]
         codes = torch.empty((rows, shard.shape[1]), dtype=torch.float8_e4m3fn, device=shard.device)
         codes[n:].view(torch.uint8).zero_()
-        if n and self._triton and shard.is_cuda:  # the cast alone, no transposed copy
+        if n and self.stored:
+            codes[:n].copy_(shard)
+        elif n and self._triton and shard.is_cuda:  # the cast alone, no transposed copy
             kernels.launch(shard, module.w_scale, codes[:n], None, module.w_scale, False, eager=True)
         elif n:
             codes[:n] = cast(shard, module.w_scale, codes.dtype)
         return (codes,), outer_size[0]
 
+    @property
+    def stored(self) -> bool:
+        """Its shard holds e4m3 codes (`store_shards_in_fp8`), not the weight's values."""
+        return self._data.dtype == torch.float8_e4m3fn
+
     @torch.no_grad()
     def fsdp_post_all_gather(self, outputs, rows, param_dtype, *, out=None):
-        (codes,) = outputs
-        codes = codes[:rows]
+        (gathered,) = outputs
+        codes = gathered[:rows]
+        if self.stored:  # the gathered codes are the weight: FSDP2 gathers into the same buffer each time
+            return None if out is not None else (codes, (gathered,))
         weight = torch.empty(codes.shape, dtype=param_dtype, device=codes.device) if out is None else out
         if weight.element_size() < 2:
             raise ValueError(f"an FP8 all-gather into {param_dtype} weights (2 bytes or more needed)")
@@ -147,7 +164,8 @@ def precompute_weight_scales(model: nn.Module) -> None:
     trainable weights, some through Triton, which moves no counter): the norm read the 70B base's 34.5 GB
     a rank (4 GPUs) after every LoRA step to find the same scales again. The all-reduce still takes every
     weight's amax, so each rank may skip its own shards on its own."""
-    modules = [m for m in model.modules() if getattr(m, "gathers_fp8", False)]
+    # (shards stored as e4m3 codes keep the scale they were stored with: `store_shards_in_fp8`)
+    modules = [m for m in model.modules() if getattr(m, "gathers_fp8", False) and not _stored(m.weight)]
     if not modules:
         return
     weights = [m.weight for m in modules]
@@ -173,3 +191,32 @@ def precompute_weight_scales(model: nn.Module) -> None:
     torch._foreach_copy_([m.w_scale for m in modules], list(scale_of(amax, E4M3_MAX).unbind()))
     for m in modules:
         m.w_scale_ready = True
+
+
+def _stored(w: torch.Tensor) -> bool:
+    local = w._local_tensor if isinstance(w, DTensor) else w
+    return isinstance(local, _Fp8GatheredWeight) and local.stored
+
+
+@torch.no_grad()
+def store_shards_in_fp8(model: nn.Module) -> int:
+    """Once the FSDP2-sharded model is materialized, before its first forward: each frozen weight that is
+    all-gathered in FP8 (`gather_weights_in_fp8`) gets its shard replaced by the shard's e4m3 codes, cast
+    with the scale of the whole weight's amax (`precompute_weight_scales`), the scale its all-gathers cast
+    with: the same codes, so the same numbers, with half of bf16's memory for the shards, no cast before
+    each all-gather and no copy after it (`_Fp8GatheredWeight`). FSDP2 takes the new shards in its lazy
+    initialization (`reset_sharded_param`, there for parameters changed after `fully_shard`), which also
+    lets go of the bf16 ones. Returns how many."""
+    precompute_weight_scales(model)
+    stored = 0
+    for module in model.modules():
+        w = getattr(module, "weight", None)
+        if not getattr(module, "gathers_fp8", False) or w.requires_grad or _stored(w):
+            continue
+        codes = cast(local_data(w), module.w_scale, torch.float8_e4m3fn)
+        local = _Fp8GatheredWeight(codes, module.triton)
+        sharded = DTensor.from_local(local, w.device_mesh, w.placements, run_check=False, shape=w.shape,
+                                     stride=w.stride())  # fmt: skip
+        module.weight = nn.Parameter(sharded, requires_grad=False)
+        stored += 1
+    return stored

@@ -16,9 +16,10 @@ rank holds the same values whatever the world size (the tests compare 1- and 2-p
 
 The from-scratch init draws its numbers in one canonical order, the parameter order of a plain `Llama` of the
 shape (`model.canonical_names`), whatever the features did to the modules (the FP8 swap reorders an MLP's
-children, LoRA adds adapters) and whether the model is materialized whole or part by part (FP8_WEIGHTS: one
-block at a time, each stored in FP8 before the next): the same seed gives the same weights in every mode, so a
-fast mode and its bf16 reference start from the same model (`perf/lib/parity.py`).
+children, LoRA adds adapters) and whether the model is materialized whole or part by part (FP8_WEIGHTS on one
+GPU: one block at a time, each stored in FP8 before the next; under FSDP2 the bf16 shards are materialized
+whole, then stored as FP8 shards): the same seed gives the same weights in every mode, so a fast mode and its
+bf16 reference start from the same model (`perf/lib/parity.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from training.common.backends import choose_precision
-from training.fp8 import MlpLayout, reset_after_materialize, store_weights_in_fp8
+from training.fp8 import MlpLayout, reset_after_materialize, store_shards_in_fp8, store_weights_in_fp8
 from training.llama import optim, parallel
 from training.llama.attention import choose_attention
 from training.llama.checkpoint import load_hf_checkpoint
@@ -88,8 +89,9 @@ class RunSpec:
     attention: str = "auto"  # ATTENTION: auto | sdpa | cudnn | flash_attn | flash4
     precision: str = "auto"  # PRECISION: auto (bf16 on GPUs, fp32 on the CPU) | fp32 | bf16 | fp8
     checkpoint: Path | None = None  # a Hugging Face folder to read the weights from, else from scratch
-    # materialize one block at a time, its frozen linears stored in FP8 before the next (a LoRA base on one
-    # GPU: the bf16 model never exists whole); needs native FP8
+    # the frozen linears stored in FP8 (a LoRA base; needs native FP8): on one GPU materialized one block at a
+    # time, each stored before the next (the bf16 model never exists whole); under FSDP2 as FP8 shards,
+    # all-gathered as stored
     fp8_weights: bool = False
 
 
@@ -125,8 +127,13 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     `spec.checkpoint`, each rank reading its own rows, else the from-scratch init), and what was applied and
     chosen. A model with LoRA adapters trains those only: its frozen base is kept in the compute dtype (no
     float32 master copy); any other keeps float32 master weights."""
+    features = spec.features
     if spec.fp8_weights and mesh is not None:
-        raise ValueError("FP8_WEIGHTS=1 runs on one GPU only (FSDP2 shards bf16 weights instead)")
+        if mesh["tp"].size() > 1 or features.fp8 is None:
+            raise ValueError("FP8_WEIGHTS=1 stores the frozen base as FP8 shards under FSDP2, with FP8 on "
+                             "(PRECISION=fp8) and without tensor parallelism")  # fmt: skip
+        # stored shards are all-gathered as they are: in FP8
+        features = dataclasses.replace(features, fp8=dataclasses.replace(features.fp8, gather_in_fp8=True))
     shape = spec.shape
     split = mesh is not None and mesh["cp"].size() > 1
     if split and device.type != "cuda":
@@ -143,7 +150,8 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         raise ValueError("PRECISION=fp32 cannot run with context parallelism here: PyTorch's ring attention "
                          "computes in bf16 (PRECISION=bf16 or fp8)")  # fmt: skip
     compute = param_dtype(precision)
-    init_first = device.type != "cuda" and spec.checkpoint is None and not spec.fp8_weights
+    one_by_one = spec.fp8_weights and mesh is None  # (FSDP2's shards are small: materialized whole)
+    init_first = device.type != "cuda" and spec.checkpoint is None and not one_by_one
     with torch.device("meta"):  # (no constructor draws random numbers: every path draws the same)
         model = Llama(shape, attention)
     if init_first:
@@ -152,11 +160,11 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         after_init = torch.get_rng_state()
     if spec.features.lora is not None:
         model.to(compute)
-    applied = parallel.apply_features(model, mesh, spec.features, compute, device)
+    applied = parallel.apply_features(model, mesh, features, compute, device)
     if init_first:  # the adapters made by the features drew numbers: `reset_lora` draws from here, as below
         torch.set_rng_state(after_init)
     else:
-        parts = _parts(model) if spec.fp8_weights else [("", model)]
+        parts = _parts(model) if one_by_one else [("", model)]
         for prefix, part in parts:
             part.to_empty(device=device)
             if spec.checkpoint is not None:
@@ -164,15 +172,18 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
                                    under=prefix)  # fmt: skip
             else:
                 init_weights(part, shape, prefix)
-            if spec.fp8_weights and prefix.startswith("layers."):
+            if one_by_one and prefix.startswith("layers."):
                 store_weights_in_fp8(part)
                 if device.type == "cuda":  # give the bf16 copies back, or their cached halves pile up
                     torch.cuda.empty_cache()
-        if spec.fp8_weights:
+        if one_by_one:
             applied.fp8.description += ", frozen weights stored in FP8"
     reset_lora(model)
     reset_after_materialize(model)
     applied.fp8.weights_changed(model)  # (the scales of FP8 all-gathers)
+    if spec.fp8_weights and mesh is not None:
+        stored = store_shards_in_fp8(model)
+        applied.fp8.description += f", {stored} frozen weights stored as FP8 shards (all-gathered as stored)"
     return model, dataclasses.replace(applied, attention=attention, precision=precision)
 
 

@@ -109,7 +109,10 @@ class LoraConfig(LlamaRunSettings):
         bounds="> 0",
     )
     fp8_weights: bool = var(
-        "FP8_WEIGHTS", False, help="one GPU, PRECISION=fp8, FP8_BACKEND=native: the frozen base stored in FP8"
+        "FP8_WEIGHTS",
+        False,
+        help="PRECISION=fp8, FP8_BACKEND=native: the frozen base stored in FP8 (under FSDP2 as FP8 shards, "
+        "all-gathered as stored)",
     )
     checkpoint_layers: int | None = var(
         "ACL",
@@ -245,7 +248,7 @@ class LoraConfig(LlamaRunSettings):
     def run_spec(self) -> RunSpec:
         """The run these settings describe: the checkpoint's model (INIT_CHECKPOINT=model) or a random base of
         its shape, the adapters of rank LORA_DIM on every block, AdamW over the adapters; FP8_WEIGHTS=1: the
-        frozen base stored in FP8 (one GPU)."""
+        frozen base stored in FP8 (under FSDP2, as FP8 shards)."""
         lora = LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel)
         checkpoint = self.paths()["model"] if self.init_checkpoint == "model" else None
         return self.llama_run_spec(
