@@ -60,6 +60,11 @@ def test_defaults_are_the_mlperf_values():
         ),
         ({"FP8": "1", "PRECISION": "fp32"}, "FP8=1 (bf16 with FP8 matmuls) contradicts PRECISION=fp32"),
         ({"FP8": "0", "PRECISION": "fp8"}, "FP8=0 contradicts PRECISION=fp8"),
+        ({"FP8_MLP_ACTIVATIONS": "1"}, "FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native"),
+        (
+            {"FP8_MLP_ACTIVATIONS": "1", "FP8": "1", "FP8_BACKEND": "torchao"},
+            "FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native",
+        ),
         ({"MAX_LR": "nan"}, "MAX_LR=nan must be a finite number > 0"),
         ({"TARGET": "inf"}, "TARGET=inf must be a finite number > 0"),
         ({"LR": "4e-4"}, "MAX_LR='8e-4', LR='4e-4': the same setting given twice"),

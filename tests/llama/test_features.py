@@ -179,3 +179,20 @@ def test_native_fp8_recompute_casts_with_the_forwards_scales(fuse):
             n for n, g in grads.items() if not torch.equal(grads2[n], g)
         ]
     assert all(torch.equal(amax2[n], a) for n, a in amax.items())
+
+
+def test_fp8_mlp_activations_apply_to_the_blocks_kept_for_their_backward():
+    """FP8's `mlp_activations_in_fp8` with the first of 2 blocks recomputed (ACL=1): only the kept block's
+    MLP keeps its SwiGLU inputs in FP8 (a recomputed block's saves last only through its own backward), and
+    the FP8 line says how many."""
+    from training.llama.build import FP8_MLP
+
+    model = fresh()
+    settings = Fp8Settings("native", fuse_mlp=FP8_MLP, mlp_activations_in_fp8=True)
+    features = parallel.Features(fp8=settings, activation_checkpointing=True, checkpoint_layers=1)
+    applied = parallel.apply_features(model, None, features)
+    assert [block.recompute for block in model.layers] == [True, False]
+    assert [block.mlp.saves_fp8 for block in model.layers] == [False, True]
+    assert applied.fp8.description.endswith("the SwiGLU inputs of 1 MLPs kept for the backward in FP8")
+    loss, grads = loss_and_grads(model)
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads.values())

@@ -62,6 +62,19 @@ def cast_transpose(t, scale, dtype, amax=None, by_rows=False, triton=False, tran
     return t8, t8.t().contiguous() if transpose else None
 
 
+def pack_e4m3(t: torch.Tensor, triton: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """t as e4m3 codes scaled by its own max |t| (current scaling: no code saturates), and that scale: a
+    tensor kept for a backward in half of bf16's memory (`unpack_e4m3`). A max pass, then the cast
+    (`cast_transpose` without the transposed copy)."""
+    scale = scale_of(amax_of(t), E4M3_MAX)
+    return cast_transpose(t, scale, torch.float8_e4m3fn, triton=triton, transpose=False)[0], scale
+
+
+def unpack_e4m3(codes: torch.Tensor, scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
+    """The values `pack_e4m3` kept, in `dtype`."""
+    return (codes.float() / scale).to(dtype)
+
+
 def act_cast_transpose(up, gate, scale, amax=None, triton=False, transpose=True):
     """`cast_transpose` to e4m3 of the MLP's activation: silu(gate) * up (SwiGLU) or, without gate, gelu(up);
     on a GPU one Triton pass that never writes it in bf16, elsewhere PyTorch's eager ops. Without

@@ -25,7 +25,9 @@ from training.fp8.casts import (
     amax_of,
     cast,
     cast_transpose,
+    pack_e4m3,
     scale_of,
+    unpack_e4m3,
 )
 from training.fp8.gather import unpack
 
@@ -173,12 +175,16 @@ class _Fp8MLP(torch.autograd.Function):
     Triton's exp and erf differ from CUDA's). Amax buffers: x's and h's (the inputs of up and of down;
     recorded with `update_amax` into x_amax_next and h_amax_next, moved by the backward as `_Fp8Matmul`'s),
     and the gradients' of y, up and gate (updated by the backward). `w*_gathered`: the scales of weights
-    all-gathered in FP8, or None. `*_hist`: the amax histories of the same five (`_fold`), or None."""
+    all-gathered in FP8, or None. `*_hist`: the amax histories of the same five (`_fold`), or None.
+    `save_fp8` (SwiGLU): the activation's inputs, the gate and up projections' outputs, are kept for the
+    backward as e4m3 codes scaled by their own amax (`pack_e4m3`), not in bf16: half the memory of what the
+    MLP keeps, the backward computed from their e4m3-rounded values."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
                 dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
-                triton, x_hist=None, h_hist=None, dy_hist=None, dup_hist=None, dgate_hist=None):  # fmt: skip
+                triton, x_hist=None, h_hist=None, dy_hist=None, dup_hist=None, dgate_hist=None,
+                save_fp8=False):  # fmt: skip
         x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
         # frozen weights (LoRA's base) need no weight gradients: no transposed copies are written for them
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
@@ -202,7 +208,10 @@ class _Fp8MLP(torch.autograd.Function):
         h8t = h8t if needs[4] else None  # (GELU's kernel writes it always)
         kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
-        ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale)
+        packed = save_fp8 and gate is not None
+        (up, up_s), (gate, gate_s) = (pack_e4m3(t, triton) if packed else (t, None) for t in (up, gate))
+        ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale, up_s,
+                              gate_s)  # fmt: skip
         ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
         ctx.g_hist = (dy_hist, dup_hist, dgate_hist)
         ctx.commit = [(x_amax, x_amax_next, x_hist), (h_amax, h_amax_next, h_hist)] if update_amax else []
@@ -216,7 +225,11 @@ class _Fp8MLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale = ctx.saved_tensors
+        x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale, *packed = (
+            ctx.saved_tensors
+        )
+        if packed[0] is not None:  # (`save_fp8`)
+            up, gate = unpack_e4m3(up, packed[0]), unpack_e4m3(gate, packed[1])
         wu8t, wd8t = _transposed(wu8t, ctx.stored[0]), _transposed(wd8t, ctx.stored[2])
         wg8t = None if wg8t is None else _transposed(wg8t, ctx.stored[1])
         (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
@@ -254,7 +267,7 @@ class _Fp8MLP(torch.autograd.Function):
             if needs[3]:
                 dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
-        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 17
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 18
 
 
 class Fp8Linear(nn.Linear):
@@ -374,7 +387,10 @@ class FusedFp8MLP(nn.Module):
     linears: down(silu(gate(x)) * up(x)) with a gate (SwiGLU), else down(gelu(up(x))). Its children keep the
     names of the MLP it replaces (`apply_fp8` swaps it in for the module the benchmark names in `MlpLayout`),
     so parameter names, initialization and checkpoints are unchanged. Under tensor parallelism (DTensor
-    weights) it runs the linears one by one."""
+    weights) it runs the linears one by one. `saves_fp8` (SwiGLU; `save_mlp_activations_in_fp8`): it keeps
+    the activation's inputs for the backward in e4m3 (`_Fp8MLP`'s `save_fp8`)."""
+
+    saves_fp8 = False
 
     def __init__(self, up: str, down: str, gate: str | None, linears: dict[str, Fp8Linear]):
         super().__init__()
@@ -400,5 +416,6 @@ class FusedFp8MLP(nn.Module):
                           up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
                           training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
                           down.gathered_scale(), down.triton, up.x_amax_history, down.x_amax_history,
-                          down.g_amax_history, up.g_amax_history, dgate_hist)  # fmt: skip
+                          down.g_amax_history, up.g_amax_history, dgate_hist,
+                          self.saves_fp8 and training)  # fmt: skip
         return y.view(*x.shape[:-1], -1)

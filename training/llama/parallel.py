@@ -4,6 +4,9 @@ in this fixed order (`apply_features`):
     apply_pp -> apply_fp8 -> apply_lora -> apply_tp -> apply_activation_checkpointing -> apply_compile
     -> apply_fsdp
 
+(with FP8's `mlp_activations_in_fp8`, the blocks left unrecomputed by activation checkpointing then keep
+their MLPs' SwiGLU inputs in FP8: `training.fp8.save_mlp_activations_in_fp8`)
+
 (`apply_fp8` is `training.fp8`'s, `apply_lora` `training.lora`'s.) Each is a no-op when its feature is off
 and returns what it did as a `Change`: how many blocks or ranks it changed, and one line saying what (the
 trainers log it as a `backend_*` MLLOG key). `apply_features` gathers them in a typed record, `Applied`,
@@ -23,7 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
-from training.fp8 import Fp8, Fp8Settings, apply_fp8
+from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
 
@@ -190,6 +193,9 @@ def apply_features(
     checkpointed = apply_activation_checkpointing(
         model, features.activation_checkpointing, features.checkpoint_layers, features.keep_attention
     )
+    if features.fp8 is not None and features.fp8.mlp_activations_in_fp8:
+        kept = sum(save_mlp_activations_in_fp8(block) for block in model.layers if not block.recompute)
+        fp8.description += f", the SwiGLU inputs of {kept} MLPs kept for the backward in FP8"
     outside = features.fp8 is not None and features.fp8_eager_checkpoint
     compiled = apply_compile(model, features.compile, outside)
     reduce_dtype = torch.float32 if features.grad_reduce_in_fp32 else torch.bfloat16
