@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
-from perf.lib import parity
+from perf.lib import parity, processes
 from perf.lib.timing import print_profile, time_steps
 from training.llama import parallel
 from training.throughput import flux
@@ -68,11 +66,8 @@ def main() -> int:
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--no-reference", dest="reference", action="store_false", help="no loss parity reference")
     args = ap.parse_args()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl", device_id=device)
-    world = dist.get_world_size()
-    say = print if dist.get_rank() == 0 else (lambda *a, **k: None)
+    procs = processes.start(gpu=True)
+    device, world, say = procs.device, procs.world, procs.say
     reference = None
     if args.reference:  # eager, same weights and inputs: the losses the compiled steps must reproduce
         reference, _ = train(args, device, world, compiled=False, steps=args.warmup + args.steps)
@@ -93,13 +88,13 @@ def main() -> int:
     say(f"  {images:.2f} images/s/GPU, {tflops:.1f} TFLOP/s/GPU, peak "
         f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")  # fmt: skip
     say(f"  losses {', '.join(f'{x:.4f}' for x in losses)}; loss parity: {parity.column(check)}")
-    if args.profile and dist.get_rank() == 0:
+    if args.profile and procs.main:
         print_profile(step, steps=2, top=args.profile)
     elif args.profile:
         for _ in range(2):  # the other ranks run the same steps (collectives)
             step()
     if args.cpu_profile:
-        activity = [torch.profiler.ProfilerActivity.CPU] if dist.get_rank() == 0 else []
+        activity = [torch.profiler.ProfilerActivity.CPU] if procs.main else []
         with torch.profiler.profile(activities=activity) as prof:
             for _ in range(2):
                 step()
@@ -109,7 +104,7 @@ def main() -> int:
                 sort_by="self_cpu_time_total", row_limit=args.cpu_profile, max_name_column_width=70
             )
         )
-    dist.destroy_process_group()
+    procs.end()
     return 0
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf.lib import parity, peers, shapes
+from perf.lib import parity, peers, processes, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
 from perf.lib.timing import matmul_peak, print_profile, step_record, take_peak, time_steps, versions
@@ -188,13 +188,8 @@ def main() -> int:
                     help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
-    if gpu:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    procs = processes.start(gpu)
+    device, rank, world = procs.device, procs.rank, procs.world
     args.seq = args.seq or (128 if args.tiny else 8192)
     shape = shapes.tiny(PRESETS["8b"], 512, args.seq) if args.tiny else PRESETS["8b"]
     shape = shape.replace(max_seq_length=args.seq, num_layers=args.layers)
@@ -264,7 +259,7 @@ def main() -> int:
                 f"{r['model_tflops_per_gpu']:.1f} | {r['peak_gib']:.1f} | {same} | "
                 f"{ratio(r, 'hf-bf16') if name != 'hf-bf16' else '-'} | {parity.column(r.get('parity'))} |"
             )
-    dist.destroy_process_group()
+    procs.end()
     return 0
 
 

@@ -64,7 +64,7 @@ from pathlib import Path
 
 import torch
 
-from perf.lib import parity, peers, shapes
+from perf.lib import parity, peers, processes, shapes
 from perf.lib.memory import memory_line, memory_step
 from perf.lib.rows import LoraRows
 from perf.lib.schedules import lora_lr
@@ -178,19 +178,8 @@ def main() -> int:
                     help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
-    mesh = None
-    if world > 1:
-        import torch.distributed as dist
-
-        from training.llama.parallel import build_mesh
-
-        if gpu:
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
-        mesh = build_mesh(device.type, world, 1)
-    main_rank = mesh is None or torch.distributed.get_rank() == 0
+    procs = processes.start(gpu, group=False)
+    device, world, mesh, main_rank = procs.device, procs.world, procs.mesh(), procs.main
     seq = args.seq or (64 if args.tiny else 8192)
     shape = PRESETS["70b"].replace(num_layers=args.layers, max_seq_length=seq)
     if args.tiny:
@@ -200,7 +189,7 @@ def main() -> int:
                "layers": shape.num_layers, "gpus": world if gpu else 0, "text": args.text,
                "bf16_matmul_tflops": matmul_peak(device), "runs": {},
                "flops_formula": formula}  # fmt: skip
-    say = print if main_rank else (lambda *a, **k: None)
+    say = procs.say
     say(f"{results['device']} x {world}, torch {torch.__version__}, {shape.num_layers} layers of the 70B "
         f"width, seq {seq}", flush=True)  # fmt: skip
     names = args.variants.split(",")
@@ -216,8 +205,7 @@ def main() -> int:
         gc.collect()
         if gpu:
             torch.cuda.empty_cache()
-    if mesh is not None:
-        torch.distributed.destroy_process_group()
+    procs.end()
     if not main_rank:
         return 0
     parity.check_all(results["runs"], args.reference, parity.uniform_loss(shape.vocab_size))

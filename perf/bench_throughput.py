@@ -55,12 +55,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf.lib import parity, shapes
+from perf.lib import parity, processes, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
 from perf.lib.timing import print_profile, step_record, take_peak, time_steps
 from training.common.backends import importable
-from training.llama import parallel
 from training.llama.model import LlamaShape
 from training.throughput import flops, llm
 from training.throughput.config import ModelSpec, RunArgs, load_model
@@ -285,13 +284,10 @@ def main() -> int:
     ap.add_argument("--no-reference", dest="reference", action="store_false", help="no loss parity reference")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.tiny
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if gpu else torch.device("cpu")
-    if gpu:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    procs = processes.start(gpu)
+    device, rank, world = procs.device, procs.rank, procs.world
     args.seq = args.seq or (64 if args.tiny else 8192)
-    mesh = parallel.build_mesh(device.type, world, 1)
+    mesh = procs.mesh()
     results = {
         "device": torch.cuda.get_device_name(device) if gpu else "cpu",
         "world_size": world,
@@ -332,7 +328,7 @@ def main() -> int:
     if rank == 0 and os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_throughput.json").write_text(json.dumps(results, indent=2) + "\n")
     say(table(results))
-    dist.destroy_process_group()
+    procs.end()
     return 0
 
 

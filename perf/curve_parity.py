@@ -7,6 +7,8 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
     python -m perf.curve_parity lora --layers 20 --ac --mlperf-regime --lora-warmup 5 \
         --lora-variants ours-bf16-compile,ours-fp8native             # a bf16 control beside FP8, warmed up
     python -m perf.curve_parity --tiny                                   # CPU smoke test (toy shapes)
+    torchrun --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --ac --mlperf-regime --lora-warmup 5
+        # all 80 blocks: every variant sharded by FSDP2 over the GPUs, each training the same row
 
 - lora: Llama 2 70B's width, `--layers` blocks (4), one 8192-token row of the Wikipedia excerpt a step, its
   first third unscored (the GovReport rows' shape); the reference is Hugging Face `LlamaForCausalLM` + `peft`
@@ -14,7 +16,9 @@ default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.j
   q|k|v adapter (one A, B's rows split), given our base weights and A; AdamW (torch) over the adapters, clip
   0.3, lr 4e-4 (5 warm-up steps, cosine). Ours: eager with PyTorch kernels, the trainer's defaults (its
   attention, AdamW and dropout kernel; blocks not compiled, as the GPU configs run), native FP8, native FP8
-  with the frozen base stored in FP8 (FP8_WEIGHTS).
+  with the frozen base stored in FP8 (FP8_WEIGHTS). Under torchrun (`--mlperf-regime` only: the reference is
+  ours in bf16) every variant is sharded by FSDP2 over the processes, as the trainer shards it, and every
+  process trains the same row: one GPU's curve, of a model one GPU cannot hold (80 blocks in bf16).
 - llama: Llama 3.1 8B's width, `--layers` blocks, 4 rows of 2048 tokens a step; the reference is Hugging Face
   `LlamaForCausalLM` given our initial weights (float32 masters, bf16 autocast); AdamW (torch) with
   betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 10 warm-up steps to 3e-5 then cosine.
@@ -46,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from perf.lib import parity, peers, shapes
+from perf.lib import parity, peers, processes, shapes
 from perf.lib.bert_rows import text_rows
 from perf.lib.rows import LoraRows, excerpt
 from perf.lib.schedules import LLAMA_LR, LORA_LR, lr_at
@@ -58,16 +62,20 @@ from training.llama.parallel import Parallelism
 from training.llama.step import train_step
 
 FP8_WARMUP = 5  # FP8 curves are compared from this step: the first steps of delayed scaling learn its scales
-ONE_PROCESS = Parallelism(1, 1, 1, 1, 1, 1)
+
+
+def data_parallel(world: int) -> Parallelism:
+    return Parallelism(world, 1, 1, 1, world, 1)
 
 
 # ---- Llama 2 70B LoRA ----
 
 
-def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5):
-    """(model, one-step function) of the trainer's build and step at `shape`."""
+def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5, mesh=None, world=1):
+    """(model, one-step function) of the trainer's build and step at `shape`, sharded over `mesh`'s `world`
+    processes (FSDP2) where given."""
     spec = curve_lora_variant(lora_run(shape, dropout=dropout), modes, device.type == "cuda")
-    model, step, _ = build_run(spec, device, None, ONE_PROCESS)
+    model, step, _ = build_run(spec, device, mesh, data_parallel(world))
     return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, LORA_LR, steps, warmup))[0]
 
 
@@ -112,7 +120,7 @@ def part_lora(args, device) -> dict:
     for name in variants:
         torch.manual_seed(0)
         modes = name.split("-")[1:] + (["ac"] if args.ac else [])
-        _, step = lora_ours(shape, modes, device, dropout, warmup)
+        _, step = lora_ours(shape, modes, device, dropout, warmup, args.mesh, args.world)
         curves[name] = train_curve(step, batches)
         release(device)
     return {"reference": reference, "control": control, "shape": str(shape), "curves": curves,
@@ -124,7 +132,7 @@ def part_lora(args, device) -> dict:
 
 def llama_ours(shape, name: str, device):
     spec = curve_llama_variant(llama_run(shape, 3e-4), name, device.type == "cuda")
-    _, step, _ = build_run(spec, device, None, ONE_PROCESS)
+    _, step, _ = build_run(spec, device, None, data_parallel(1))
     return lambda i, batch, steps: train_step(step, [batch], lr_at(i, LLAMA_LR, steps, 10))[0]
 
 
@@ -279,7 +287,7 @@ def main() -> int:
                     help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference")  # fmt: skip
     ap.add_argument("--lora-variants", default=None,
                     help="lora: the variants to run (e.g. ours-bf16-compile,ours-fp8native; a name's "
-                         "modes: eager, compile, fp8native, fp8w)")  # fmt: skip
+                         "modes: eager, compile, fp8native, fp8w, fp8act)")  # fmt: skip
     ap.add_argument("--lora-control", default=None,
                     help="lora: a bf16 variant run beside the others whose distance from the reference "
                          "widens their tolerance step by step (`perf/lib/parity.py`; default with "
@@ -290,11 +298,15 @@ def main() -> int:
     if unknown := set(args.parts) - {"lora", "llama", "bert"}:
         ap.error(f"unknown part(s) {', '.join(sorted(unknown))}: lora, llama, bert")
     gpu = torch.cuda.is_available() and not args.tiny
-    device = torch.device("cuda") if gpu else torch.device("cpu")
+    procs = processes.start(gpu, group=False)
+    if procs.world > 1 and (args.parts != ["lora"] or not args.mlperf_regime):
+        ap.error("under torchrun: lora with --mlperf-regime only (its reference, ours in bf16, sharded "
+                 "as the variants are)")  # fmt: skip
+    device, args.mesh, args.world, say = procs.device, procs.mesh(), procs.world, procs.say
     results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(),
                "steps": args.steps, "tolerance": parity.TOLERANCE, "fp8_warmup_steps": FP8_WARMUP,
-               "parts": {}}  # fmt: skip
-    print(f"{results['device']}, torch {torch.__version__}, {args.steps} steps", flush=True)
+               "processes": procs.world, "parts": {}}  # fmt: skip
+    say(f"{results['device']} x {procs.world}, torch {torch.__version__}, {args.steps} steps", flush=True)
     for name in args.parts:
         t0 = time.perf_counter()
         part_args = argparse.Namespace(**vars(args))
@@ -305,12 +317,18 @@ def main() -> int:
                                                  part.get("control"))  # fmt: skip
         part["seconds"] = time.perf_counter() - t0
         results["parts"][name] = part
-        print(f"  {name}: {json.dumps(part['verdicts'])} ({part['seconds']:.0f} s)", flush=True)
+        say(f"  {name}: {json.dumps(part['verdicts'])} ({part['seconds']:.0f} s)", flush=True)
         out = Path(os.environ.get("OUT", "."))  # after each part: a call cut short keeps what ran
-        (out / "curve_parity.json").write_text(json.dumps(results, indent=2) + "\n")
-        plot(results, out / "curve_parity.png")
-    print(f"\n{results['device']}: {args.steps} steps from the same weights on the same batches (dropout "
-          f"off); tolerance per step {parity.TOLERANCE}, FP8 after step {FP8_WARMUP}")  # fmt: skip
+        if procs.main:
+            (out / "curve_parity.json").write_text(json.dumps(results, indent=2) + "\n")
+            plot(results, out / "curve_parity.png")
+    procs.end()
+    if not procs.main:
+        return 0
+    dropout = ", ".join(f"{name} {part.get('dropout', 0.0):g}" for name, part in results["parts"].items())
+    print(f"\n{results['device']} x {procs.world}: {args.steps} steps from the same weights on the same "
+          f"batches (dropout: {dropout}); tolerance per step {parity.TOLERANCE}, FP8 after step "
+          f"{FP8_WARMUP}")  # fmt: skip
     print("| part | variant | first loss | last loss | max % off | mean % off, last 10 steps | verdict |")
     print("|---|---|---|---|---|---|---|")
     for name, part in results["parts"].items():

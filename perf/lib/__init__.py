@@ -11,7 +11,8 @@ it, and no command imports another (`tests/test_layering.py`).
 - `peers`: the trusted implementations the benches compare with (Hugging Face, peft), built and stepped as
   their users write them;
 - `timing`: steps timed, the peak memory, the matmul peak, profiles, versions, the kernel benches' rows;
-- `memory`: the memory marks of one step.
+- `memory`: the memory marks of one step;
+- `processes`: the processes a command runs in (one, or torchrun's), their device and process group.
 
 Run the commands as modules from the repository root:
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from perf.lib import memory, rows, schedules, text
@@ -104,3 +105,31 @@ def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
         "gib": 9, "from": "the model's forward ends", "to": "the backward reaches block 1"
     }  # fmt: skip
     assert got["forward_peak_gib"] == 5
+
+
+def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
+    """`perf/curve_parity.py lora` under torchrun: every variant sharded by FSDP2 over the processes, each
+    training the same row, traces one process's curves: ours in bf16 and native FP8 with the frozen base
+    stored in FP8 (whole in one process, as FP8 shards in two). Only rank 0 writes."""
+    curves = {}
+    for procs in (1, 2):
+        out = tmp_path / str(procs)
+        out.mkdir()
+        env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if procs == 2 else []
+        done = subprocess.run(
+            [sys.executable, *launch, "-m", "perf.curve_parity", "lora", "--tiny", "--mlperf-regime",
+             "--steps", "3", "--lora-variants", "ours-fp8native-fp8w", "--lora-control", "none"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("| lora | ours-fp8native-fp8w |") == 1, done.stdout[-2000:]
+        result = json.loads((out / "curve_parity.json").read_text())
+        assert result["processes"] == procs
+        curves[procs] = result["parts"]["lora"]["curves"]
+    assert set(curves[2]) == {"ours-bf16", "ours-fp8native-fp8w"}
+    for name, losses in curves[1].items():
+        # the first loss, before any update, the same; after, FSDP2's bf16 compute copies of the adapters and
+        # float32 reduction round otherwise than one process's autocast: 1.5e-4 apart at the second step
+        assert curves[2][name][0] == pytest.approx(losses[0], rel=1e-6), name
+        torch.testing.assert_close(torch.tensor(curves[2][name]), torch.tensor(losses), rtol=1e-3, atol=0)
