@@ -61,7 +61,7 @@ def time_steps(step_fn, warmup: int, steps: int) -> list[float]:
 
 
 COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}
-MODIFIERS = (*COMPILE_MODES, "_bf16res")  # variant name suffixes
+MODIFIERS = (*COMPILE_MODES, "_bf16res", "_fastaccum")  # variant name suffixes (fastaccum: FP8_FAST_ACCUM=1)
 OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
 
 
@@ -80,6 +80,7 @@ def bench_ours(
     fp8_backend: str = "auto",
     fuse_fp8: bool = True,
     residual_dtype: torch.dtype | None = None,
+    fast_accum: bool = False,
 ):
     torch.manual_seed(0)
     info = dist.init_distributed()
@@ -87,7 +88,7 @@ def bench_ours(
     model = BertForPackedPretraining(shape, attention).to(device)
     model.set_residual_dtype(residual_dtype)
     # the trainer's FP8 settings (each FFN fused with the native backend), or the FFNs linear by linear
-    settings = fp8_settings(fp8_backend, fuse_fp8) if precision == "fp8" else None
+    settings = fp8_settings(fp8_backend, fuse_fp8, fast_accum=fast_accum) if precision == "fp8" else None
     fp8 = apply_fp8(model, settings)
     optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
     train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
@@ -236,7 +237,8 @@ def main() -> int:
                                        precision="fp8" if "fp8" in name else "bf16",
                                        fp8_backend="native" if "native" in name else "auto",
                                        fuse_fp8=not name.endswith("unfused"),
-                                       residual_dtype=residual)  # fmt: skip
+                                       residual_dtype=residual,
+                                       fast_accum="_fastaccum" in variant)  # fmt: skip
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]

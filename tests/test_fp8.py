@@ -508,3 +508,35 @@ def test_local_data_unwraps_torchaos_fp8_all_gather_weight():
     assert torch.equal(weight._tensor, inner)
     plain = torch.randn(3)
     assert local_data(plain) is plain
+
+
+def test_fast_accumulation_is_for_the_forward_gemms_only(monkeypatch):
+    """FP8_FAST_ACCUM=1 (`Fp8Settings.fast_accum`): the forward GEMMs of the native linear and the fused MLP
+    ask cuBLASLt for fast accumulation, the input and weight gradients' GEMMs do not (Transformer Engine's
+    fprop / dgrad / wgrad split); off, none does. (The CPU's FP8 GEMM takes the flag, computing the
+    same.)"""
+    calls = []
+    scaled_mm = torch._scaled_mm
+
+    def recording(*args, use_fast_accum=False, **kwargs):
+        calls.append(use_fast_accum)
+        return scaled_mm(*args, use_fast_accum=use_fast_accum, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", recording)
+    torch.manual_seed(0)
+    for fast in (False, True):
+        base = {"up": nn.Linear(64, 96, bias=False), "gate": nn.Linear(64, 96, bias=False),
+                "down": nn.Linear(96, 64, bias=False)}  # fmt: skip
+        lin = {n: Fp8Linear.from_linear(m, fast_accum=fast) for n, m in base.items()}
+        mlp, single = (
+            FusedFp8MLP("up", "down", "gate", lin),
+            Fp8Linear.from_linear(nn.Linear(64, 32), fast_accum=fast),
+        )
+        x = torch.randn(16, 64, requires_grad=True)
+        with torch.autocast("cpu", torch.bfloat16):
+            calls.clear()
+            y = mlp(x) + single(x).sum()
+            forward = list(calls)
+            calls.clear()
+        y.float().sum().backward()
+        assert forward == [fast] * 4 and calls == [False] * 8, (fast, forward, calls)

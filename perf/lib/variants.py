@@ -60,6 +60,7 @@ LLAMA_MODIFIERS = {
     "flash4": "FlashAttention-4 (ATTENTION=flash4), else PyTorch's SDPA",
     "bf16reduce": "gradients reduce-scattered in bf16 (GRAD_REDUCE_IN_FP32=0)",
     "fp8act": "with fp8native, the kept blocks' SwiGLU inputs saved in FP8 (FP8_MLP_ACTIVATIONS=1)",
+    "fastaccum": "with fp8native, the forward GEMMs with fast accumulation (FP8_FAST_ACCUM=1)",
 }
 
 
@@ -84,7 +85,7 @@ def llama_variant(
         spec = fp8(spec, "native" if precision == "fp8native" else "torchao",
                    gather_in_fp8="bf16gather" not in modes,
                    fuse_mlp=None if "unfused" in modes else FP8_MLP,
-                   mlp_activations_in_fp8="fp8act" in modes)  # fmt: skip
+                   mlp_activations_in_fp8="fp8act" in modes, fast_accum="fastaccum" in modes)  # fmt: skip
     return spec
 
 
@@ -93,6 +94,7 @@ LORA_MODIFIERS = {
     "eager": "blocks not compiled",
     "fp8w": "with fp8native, the frozen base stored in FP8 (FP8_WEIGHTS=1; under FSDP2 as FP8 shards)",
     "fp8act": "with fp8native, the kept blocks' SwiGLU inputs saved in FP8 (FP8_MLP_ACTIVATIONS=1)",
+    "fastaccum": "with fp8native, the forward GEMMs with fast accumulation (FP8_FAST_ACCUM=1)",
     "pytorchcasts": "FP8_CASTS=pytorch (no Triton)",
     "ckptinside": "FP8 blocks compiled together with their checkpoint, as bf16 blocks are",
     "keepattn": "with ac, the recompute skips the attention kernel (AC_KEEP_ATTENTION=1)",
@@ -121,21 +123,23 @@ def lora_variant(base: RunSpec, precision: str, modes: list[str], on_gpu: bool) 
     if precision != "bf16":
         spec = fp8(spec, "torchao" if precision == "fp8torchao" else "native",
                    casts="pytorch" if "pytorchcasts" in modes else "auto",
-                   mlp_activations_in_fp8="fp8act" in modes)  # fmt: skip
+                   mlp_activations_in_fp8="fp8act" in modes, fast_accum="fastaccum" in modes)  # fmt: skip
     attention = next((a for a in ("flash4", "sdpa") if a in modes), "auto")
     return replace(spec, attention=attention, fp8_weights="fp8w" in modes)
 
 
 def curve_lora_variant(base: RunSpec, modes: list[str], on_gpu: bool) -> RunSpec:
-    """`curve_parity lora`'s variant of ours (modes: eager, compile, fp8native, fp8w, fp8act, ac): bf16
-    autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's defaults; compiled on
-    GPUs only with `compile`."""
+    """`curve_parity lora`'s variant of ours (modes: eager, compile, fp8native, fp8w, fp8act, fastaccum,
+    ac): bf16 autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's defaults;
+    compiled on GPUs only with `compile`."""
     eager = "eager" in modes
     spec = replace(base, precision="bf16", attention="sdpa" if eager else "auto", fp8_weights="fp8w" in modes,
                    optimizer=replace(base.optimizer, impl="torch" if eager else "auto"))  # fmt: skip
     spec = features(spec, compile=on_gpu and "compile" in modes, activation_checkpointing="ac" in modes,
                     lora=replace(base.features.lora, kernel="pytorch" if eager else "auto"))  # fmt: skip
-    return fp8(spec, "native", mlp_activations_in_fp8="fp8act" in modes) if "fp8native" in modes else spec
+    if "fp8native" not in modes:
+        return spec
+    return fp8(spec, "native", mlp_activations_in_fp8="fp8act" in modes, fast_accum="fastaccum" in modes)
 
 
 def curve_llama_variant(base: RunSpec, name: str, on_gpu: bool) -> RunSpec:

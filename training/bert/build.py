@@ -34,18 +34,18 @@ def build_model(cfg: BertConfig, paths: dict, device: torch.device, precision: s
         load_pretrained(model, paths["init_checkpoint"])
     model.to(device)
     settings = fp8_settings(cfg.fp8_backend, casts=cfg.fp8_casts, amax_history=cfg.fp8_amax_history,
-                            amax_algo=cfg.fp8_amax_algo)  # fmt: skip
+                            amax_algo=cfg.fp8_amax_algo, fast_accum=cfg.fp8_fast_accum)  # fmt: skip
     fp8 = apply_fp8(model, settings if precision == "fp8" else None)
     return model, fp8, {"attention": attention, "precision": precision, "fp8": fp8.description}
 
 
 def fp8_settings(backend: str, fuse_ffn: bool = True, casts: str = "auto", amax_history: int = 4,
-                 amax_algo: str = "most_recent") -> Fp8Settings:  # fmt: skip
+                 amax_algo: str = "most_recent", fast_accum: bool = False) -> Fp8Settings:  # fmt: skip
     """FP8 for the encoder layers' linears; with the native backend each layer's FFN runs as one function
     (unless `fuse_ffn` is off: to compare)."""
     layout = MlpLayout(FeedForward, up="up", down="down") if fuse_ffn else None
     return Fp8Settings(backend=backend, fuse_mlp=layout, casts=casts, amax_history=amax_history,
-                       amax_algo=amax_algo)  # fmt: skip
+                       amax_algo=amax_algo, fast_accum=fast_accum)  # fmt: skip
 
 
 def apply_compile(model: torch.nn.Module, enabled: bool, mode: str | None = None) -> torch.nn.Module:

@@ -143,6 +143,13 @@ class RunSettings:
         "auto",
         help="FP8_BACKEND=native: auto (Triton on GPUs where it matches PyTorch's) | pytorch",
     )
+    fp8_fast_accum: bool = var(
+        "FP8_FAST_ACCUM",
+        False,
+        help="FP8_BACKEND=native: 1: the forward GEMMs accumulate in the tensor cores' own precision "
+        "(cuBLASLt's fast accumulation), the gradients' GEMMs with promoted partial sums, as Transformer "
+        "Engine and torchao; 0: every GEMM with promoted partial sums",
+    )
     fp8_amax_history: int = var(
         "FP8_AMAX_HISTORY",
         4,

@@ -58,6 +58,9 @@ class Fp8Settings:
     # native, fused SwiGLU MLPs: those of blocks kept for their backward (not recomputed) keep their
     # activation's inputs for it in e4m3 (`save_mlp_activations_in_fp8`; the model's build applies it)
     mlp_activations_in_fp8: bool = False
+    # native: the forward GEMMs with cuBLASLt's fast accumulation, the gradients' with promoted partial sums
+    # (Transformer Engine's and torchao's FP8 GEMM settings); False: every GEMM promoted
+    fast_accum: bool = False
 
 
 @dataclass
@@ -272,11 +275,12 @@ def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     triton, casts_chosen = casts.choose_casts(settings.casts)
     # most_recent needs no history: the last step's amax is the one each cast keeps anyway
     history = settings.amax_history if settings.amax_algo == "max" and settings.amax_history > 1 else 0
-    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history))
+    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history,
+                                                                       settings.fast_accum))  # fmt: skip
     linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
     parts = [
         f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, {amax_description(settings)}, casts in "
-        f"{casts_chosen})",
+        f"{casts_chosen}{', forward GEMMs with fast accumulation' if settings.fast_accum else ''})",
         f"{swapped} linear layers",
     ]
     if settings.gather_in_fp8:

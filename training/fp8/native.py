@@ -122,18 +122,21 @@ class _Fp8Matmul(torch.autograd.Function):
     did. w is cast with its current amax (a small tensor), the incoming gradient with the previous backward's
     amax, which the backward updates likewise. Each cast also writes the transposed copy that the backward's
     GEMMs need (the FP8 GEMM takes row-major x column-major operands): x's and the gradient's for the weight
-    gradient (none for a frozen weight), w's for the input gradient."""
+    gradient (none for a frozen weight), w's for the input gradient. `fast_accum`: the forward GEMM
+    accumulates in the tensor cores' own precision (cuBLASLt's fast accumulation), the gradients' GEMMs
+    with their partial sums promoted to float32 (Transformer Engine's fprop and dgrad / wgrad settings)."""
 
     @staticmethod
     def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton,
-                x_hist=None, g_hist=None):  # fmt: skip
+                x_hist=None, g_hist=None, fast_accum=False):  # fmt: skip
         x_scale = scale_of(x_amax, E4M3_MAX)
         x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None,
                                  True, triton, transpose=ctx.needs_input_grad[1])  # fmt: skip
         w8, w8t, w_scale = _cast_weight(w, w_gathered_scale, triton)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
-        y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out)
+        y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out,
+                             use_fast_accum=fast_accum)  # fmt: skip
         # a frozen weight (LoRA's base) needs no weight gradient: no transposed copies of x or of the
         # gradient (for the weight gradient's GEMM only) are written
         ctx.save_for_backward(x8t, _kept(w8, w8t), x_scale, w_scale)
@@ -162,7 +165,7 @@ class _Fp8Matmul(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             db = g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         _commit(ctx.commit)
-        return dx, dw, db, None, None, None, None, None, None, None, None
+        return dx, dw, db, *[None] * 9
 
 
 class _Fp8MLP(torch.autograd.Function):
@@ -178,13 +181,14 @@ class _Fp8MLP(torch.autograd.Function):
     all-gathered in FP8, or None. `*_hist`: the amax histories of the same five (`_fold`), or None.
     `save_fp8` (SwiGLU): the activation's inputs, the gate and up projections' outputs, are kept for the
     backward as e4m3 codes scaled by their own amax (`pack_e4m3`), not in bf16: half the memory of what the
-    MLP keeps, the backward computed from their e4m3-rounded values."""
+    MLP keeps, the backward computed from their e4m3-rounded values. `fast_accum`: the forward GEMMs
+    accumulate as `_Fp8Matmul`'s do with it."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
                 dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
                 triton, x_hist=None, h_hist=None, dy_hist=None, dup_hist=None, dgate_hist=None,
-                save_fp8=False):  # fmt: skip
+                save_fp8=False, fast_accum=False):  # fmt: skip
         x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
         # frozen weights (LoRA's base) need no weight gradients: no transposed copies are written for them
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
@@ -194,17 +198,16 @@ class _Fp8MLP(torch.autograd.Function):
         wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered, triton)
         wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
-        up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, out_dtype=bf16)
+        fast = {"out_dtype": bf16, "use_fast_accum": fast_accum}
+        up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, **fast)
         gate = wg8 = wg8t = g_scale = None
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
-            gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), out_dtype=bf16)
+            gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), **fast)
         h8, h8t = act_cast_transpose(
             up, gate, h_scale, h_amax_next if update_amax else None, triton, transpose=needs[4]
         )
-        y = torch._scaled_mm(
-            h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, out_dtype=bf16
-        )
+        y = torch._scaled_mm(h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, **fast)
         h8t = h8t if needs[4] else None  # (GELU's kernel writes it always)
         kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
@@ -267,7 +270,7 @@ class _Fp8MLP(torch.autograd.Function):
             if needs[3]:
                 dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
-        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 18
+        return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 19
 
 
 class Fp8Linear(nn.Linear):
@@ -277,15 +280,18 @@ class Fp8Linear(nn.Linear):
     FSDP2 its weight may be all-gathered in FP8 (`gather.gather_weights_in_fp8`). `triton`: its casts run
     in Triton on GPU tensors (`casts.choose_casts`). `history` > 0: its input's and gradient's casts scale by
     the largest amax of the last `history` steps (`_fold`; buffers `x_amax_history`, `g_amax_history`), not
-    by the most recent one."""
+    by the most recent one. `fast_accum`: its forward GEMM with fast accumulation (`_Fp8Matmul`)."""
 
     gathers_fp8 = False  # its weight is an `_Fp8GatheredWeight`, scaled by the `w_scale` buffer
+    fast_accum = False  # its forward GEMM with fast accumulation
     stores_fp8 = False  # its (frozen) weight is stored as e4m3 codes, scaled by the `w_scale` buffer
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, triton: bool = False, history: int = 0) -> Fp8Linear:
+    def from_linear(
+        cls, linear: nn.Linear, triton: bool = False, history: int = 0, fast_accum: bool = False
+    ) -> Fp8Linear:
         new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
-        new.weight, new.bias, new.triton = linear.weight, linear.bias, triton
+        new.weight, new.bias, new.triton, new.fast_accum = linear.weight, linear.bias, triton, fast_accum
         device = linear.weight.device
         new.register_buffer("x_amax", torch.tensor(E4M3_MAX, device=device), persistent=False)
         new.register_buffer("x_amax_next", torch.tensor(E4M3_MAX, device=device), persistent=False)
@@ -348,6 +354,7 @@ class Fp8Linear(nn.Linear):
             self.triton,
             x_hist,
             g_hist,
+            self.fast_accum,
         )
         return y.view(*x.shape[:-1], -1)
 
@@ -417,5 +424,5 @@ class FusedFp8MLP(nn.Module):
                           training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
                           down.gathered_scale(), down.triton, up.x_amax_history, down.x_amax_history,
                           down.g_amax_history, up.g_amax_history, dgate_hist,
-                          self.saves_fp8 and training)  # fmt: skip
+                          self.saves_fp8 and training, down.fast_accum)  # fmt: skip
         return y.view(*x.shape[:-1], -1)

@@ -96,7 +96,8 @@ class LlamaRunSettings(RunSettings):
             fp8 = Fp8Settings(backend=self.fp8_backend, recipe=fp8_recipe,
                               gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP, casts=self.fp8_casts,
                               amax_history=self.fp8_amax_history, amax_algo=self.fp8_amax_algo,
-                              mlp_activations_in_fp8=self.fp8_mlp_activations)  # fmt: skip
+                              mlp_activations_in_fp8=self.fp8_mlp_activations,
+                              fast_accum=self.fp8_fast_accum)  # fmt: skip
         features = Features(
             fp8=fp8,
             lora=lora,
