@@ -287,7 +287,7 @@ def main() -> int:
                     help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference")  # fmt: skip
     ap.add_argument("--lora-variants", default=None,
                     help="lora: the variants to run (e.g. ours-bf16-compile,ours-fp8native; a name's "
-                         "modes: eager, compile, fp8native, fp8w, fp8act, fastaccum)")  # fmt: skip
+                         "modes: eager, compile, fp8native, fp8w, fp8act, fastaccum, ac, acN)")  # fmt: skip
     ap.add_argument("--lora-control", default=None,
                     help="lora: a bf16 variant run beside the others whose distance from the reference "
                          "widens their tolerance step by step (`perf/lib/parity.py`; default with "

@@ -1,7 +1,7 @@
 """Parts of the training steps on one GPU, each variant against the way the step does it now.
 
     python -m perf.parts [llama-optim] [adamw-sweep] [llama-gemm] [llama-ce] [bert-gemm] [fp8-cast]
-        [fp8-linear] [fp8-mlp]
+        [fp8-linear] [fp8-mlp] [fp8-gemm]
 
 llama-optim: the update after backward for one rank's quarter of Llama 3.1 8B under FSDP2 on 4 GPUs (2.0e9
 float32 parameters in the 291 shard shapes): gradient norm, clip (scale), fused AdamW, and AdamW with the clip
@@ -27,6 +27,12 @@ fp8-mlp: Llama 3.1 8B's MLP (SwiGLU, 4096 -> 14336 -> 4096) at 8192 tokens and B
 fused (`FusedFp8MLP`: x cast once, the activation and its gradients written only in FP8 by the Triton
 kernels); the fused output and gradients against the unfused ones, and the kernels checked against PyTorch at
 these shapes (`training.fp8.casts.triton_casts_fault`).
+fp8-gemm: every FP8 GEMM of a Llama 3.1 8B block and of a Llama 2 70B block at 8192 tokens (forward, input
+gradient, and for the 8B the weight gradient), as the native linear calls `torch._scaled_mm` (e4m3 x e4m3,
+e5m2 x e4m3, random operands already cast and laid out), with the partial sums promoted (what the native
+path runs by default) and with cuBLASLt's fast accumulation: each shape's share of the dense FP8 peak
+(1,979 TFLOP/s, the H100 and H200 datasheets'), and a block's GEMM time with every GEMM promoted against
+Transformer Engine's split (forward fast, gradients promoted: FP8_FAST_ACCUM=1).
 Prints a table per part last: median ms (CUDA events) and TFLOP/s where the work is GEMMs.
 """
 
@@ -394,6 +400,46 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
     print(f"amax (linear by linear): {amax}\namax (fused):            {fused_amax}")
 
 
+FP8_PEAK = 1979.0  # dense FP8 TFLOP/s of the H100 / H200 SXM (datasheets)
+
+
+def fp8_gemm() -> None:
+    tokens = 8192
+    models = {
+        "8b": (LlamaShape(), True),  # (shape, weight gradients: pretraining)
+        "70b": (LlamaShape(hidden_size=8192, ffn_hidden_size=28672, num_heads=64, num_kv_heads=8), False),
+    }
+    for name, (shape, trained) in models.items():
+        h, kv, f = shape.hidden_size, shape.num_kv_heads * shape.head_dim, shape.ffn_hidden_size
+        linears = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "gate": (h, f), "up": (h, f),
+                   "down": (f, h)}  # fmt: skip
+        results, block = [], {"promoted": 0.0, "te split": 0.0}
+        for linear, (k, n) in linears.items():
+            gen = torch.Generator(DEV).manual_seed(0)
+            x, w, g = (torch.randn(a, b, device=DEV, generator=gen, dtype=BF16)
+                       for a, b in ((tokens, k), (n, k), (tokens, n)))  # fmt: skip
+            x8, w8, g8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), g.to(E5M2)
+            wt8, gt8, xt8 = (t.t().contiguous() for t in (w8, g8, x8))
+            one = torch.ones((), device=DEV)
+            gemms = {"fwd": (x8, w8), "dgrad": (g8, wt8)} | ({"wgrad": (gt8, xt8)} if trained else {})
+            for gemm, (a, b) in gemms.items():
+                ms = {}
+                for fast in (False, True):
+                    label = f"{name} {linear} {gemm} {a.shape[0]}x{a.shape[1]}x{b.shape[0]}"
+                    label += ", fast accumulation" if fast else ", promoted"
+                    flop = 2 * a.shape[0] * a.shape[1] * b.shape[0]
+                    timed(results, label, partial(torch._scaled_mm, a, b.t(), one, one, out_dtype=BF16,
+                                                  use_fast_accum=fast), flop)  # fmt: skip
+                    ms[fast] = results[-1][1]
+                    share = f"{float(results[-1][2]) / FP8_PEAK:.0%}" if ms[fast] == ms[fast] else "-"
+                    results[-1] = (*results[-1][:2], f"{results[-1][2]} ({share} of peak)")
+                block["promoted"] += ms[False]
+                block["te split"] += ms[gemm == "fwd"]
+        table(f"FP8 GEMMs of a Llama {name} block at {tokens} tokens (torch._scaled_mm)", results)
+        print(f"\n{name} block, every GEMM: {block['promoted']:.2f} ms promoted; {block['te split']:.2f} ms "
+              "with the forward's fast (FP8_FAST_ACCUM=1)")  # fmt: skip
+
+
 def main() -> int:
     parts = {
         "llama-optim": llama_optim,
@@ -404,6 +450,7 @@ def main() -> int:
         "fp8-cast": fp8_cast,
         "fp8-linear": fp8_linear,
         "fp8-mlp": fp8_mlp,
+        "fp8-gemm": fp8_gemm,
     }
     for part in sys.argv[1:] or list(parts):
         parts[part]()

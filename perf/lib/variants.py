@@ -104,18 +104,26 @@ LORA_MODIFIERS = {
 }
 
 
+def recompute_modes(modes: list[str]) -> tuple[list[str], bool, int | None]:
+    """A LoRA variant's recompute modes among `modes`, `ac` (every block recomputed) or `acN` (the first N,
+    ACL=N; it wins over `ac`), and what they ask: (the modes, recompute on, how many blocks or None: all)."""
+    found = [m for m in modes if m.startswith("ac") and (m == "ac" or m[2:].isdigit())]
+    numbered = [int(m[2:]) for m in found if m != "ac"]
+    return found, bool(found), numbered[0] if numbered else None
+
+
 def lora_variant(base: RunSpec, precision: str, modes: list[str], on_gpu: bool) -> RunSpec:
     """`bench_lora`'s variant of ours: `precision` bf16, fp8native (ours) or fp8torchao (torchao's float8),
     its modifiers (`LORA_MODIFIERS`); blocks compiled on GPUs unless `eager`."""
-    recompute = [m for m in modes if m.startswith("ac") and (m == "ac" or m[2:].isdigit())]
+    recompute, recomputed, layers = recompute_modes(modes)
     unknown = set(modes) - set(LORA_MODIFIERS) - set(recompute)
     if unknown:
         raise ValueError(f"unknown modifier(s) {', '.join(sorted(unknown))}")
     spec = features(
         base,
         compile=on_gpu and "eager" not in modes,
-        activation_checkpointing=bool(recompute),
-        checkpoint_layers=int(recompute[0][2:]) if recompute and recompute[0] != "ac" else None,
+        activation_checkpointing=recomputed,
+        checkpoint_layers=layers,
         keep_attention="keepattn" in modes,
         fp8_eager_checkpoint="ckptinside" not in modes,
         lora=replace(base.features.lora, kernel="pytorch" if "torchdropout" in modes else "auto"),
@@ -130,12 +138,15 @@ def lora_variant(base: RunSpec, precision: str, modes: list[str], on_gpu: bool) 
 
 def curve_lora_variant(base: RunSpec, modes: list[str], on_gpu: bool) -> RunSpec:
     """`curve_parity lora`'s variant of ours (modes: eager, compile, fp8native, fp8w, fp8act, fastaccum,
-    ac): bf16 autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's defaults;
-    compiled on GPUs only with `compile`."""
+    ac, acN): bf16 autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's
+    defaults; compiled on GPUs only with `compile`; `acN` recomputes the first N blocks only (the others keep
+    what `fp8act` stores in FP8), whatever `--ac` asks of the others."""
     eager = "eager" in modes
+    _, recomputed, layers = recompute_modes(modes)
     spec = replace(base, precision="bf16", attention="sdpa" if eager else "auto", fp8_weights="fp8w" in modes,
                    optimizer=replace(base.optimizer, impl="torch" if eager else "auto"))  # fmt: skip
-    spec = features(spec, compile=on_gpu and "compile" in modes, activation_checkpointing="ac" in modes,
+    spec = features(spec, compile=on_gpu and "compile" in modes, activation_checkpointing=recomputed,
+                    checkpoint_layers=layers,
                     lora=replace(base.features.lora, kernel="pytorch" if eager else "auto"))  # fmt: skip
     if "fp8native" not in modes:
         return spec

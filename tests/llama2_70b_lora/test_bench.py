@@ -133,3 +133,21 @@ def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
         # float32 reduction round otherwise than one process's autocast: 1.5e-4 apart at the second step
         assert curves[2][name][0] == pytest.approx(losses[0], rel=1e-6), name
         torch.testing.assert_close(torch.tensor(curves[2][name]), torch.tensor(losses), rtol=1e-3, atol=0)
+
+
+def test_a_curve_variant_may_keep_blocks_for_fp8_activations():
+    """`perf/curve_parity.py`'s `acN` recomputes the first N blocks only, whatever `--ac` (`ac`) asks, so that
+    `fp8act` has blocks to apply to; the bench's variants read the modes the same way."""
+    from perf.lib.variants import curve_lora_variant, lora_run, lora_variant
+    from training.llama.model import PRESETS
+
+    base = lora_run(PRESETS["tiny"])
+    spec = curve_lora_variant(base, ["fp8native", "fp8act", "fastaccum", "ac1", "ac"], on_gpu=False)
+    f = spec.features
+    assert (f.activation_checkpointing, f.checkpoint_layers) == (True, 1)
+    assert f.fp8.mlp_activations_in_fp8 and f.fp8.fast_accum
+    everything = curve_lora_variant(base, ["fp8native", "ac"], on_gpu=False).features
+    assert (everything.activation_checkpointing, everything.checkpoint_layers) == (True, None)
+    assert not (everything.fp8.mlp_activations_in_fp8 or everything.fp8.fast_accum)
+    bench = lora_variant(base, "fp8native", ["fp8act", "ac24"], on_gpu=False).features
+    assert (bench.checkpoint_layers, bench.fp8.mlp_activations_in_fp8) == (24, True)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The speed levers that are built but not yet measured, each beside its control and loss parity in the same
+# call: FP8_FAST_ACCUM (the forward GEMMs with cuBLASLt's fast accumulation), FP8_MLP_ACTIVATIONS (the kept
+# blocks' SwiGLU inputs in FP8: more blocks kept for the same memory) and FP8_WEIGHTS under FSDP2 (the frozen
+# 70B base as FP8 shards). One stage a call (each sized to end well inside a call's 10 minutes):
+#   gemm       1 GPU   perf/parts.py fp8-gemm: every FP8 GEMM shape of the 8B and 70B blocks, promoted and
+#                      with fast accumulation, against the dense FP8 peak
+#   llama      1 GPU   perf/bench_llama.py, 8 blocks of the 8B width: native FP8 with and without fast
+#                      accumulation against eager bf16
+#   bert       1 GPU   perf/bench_bert.py: the H100 config's mode with and without fast accumulation
+#   lora-one   1 H200  perf/bench_lora.py, all 80 blocks on one GPU with the base stored in FP8: the shipped
+#                      config's mode (ACL 40) against fast accumulation and against FP8 SwiGLU inputs with 16
+#                      blocks fewer recomputed (ACL 24), the control the reference (the same numbers as every
+#                      ACL: recompute restores the dropout generators)
+#   curve40    1 H200  perf/curve_parity.py lora, 40 blocks, 30 steps, MLPerf's dropout, 5 warm-up steps:
+#                      fast accumulation and FP8 SwiGLU inputs (20 blocks kept) against ours in bf16, beside
+#                      the compiled bf16 control
+#   lora-fsdp  2-8 GPUs perf/bench_lora.py under torchrun, 80 blocks: native FP8 (ACL 24) against the base as
+#                      FP8 shards at ACL 24 and at ACL 12 (the memory it frees spent on kept blocks)
+#   curve80    2 GPUs  perf/curve_parity.py lora under torchrun, all 80 blocks sharded, 20 steps: native FP8
+#                      with the base as FP8 shards against ours in bf16 (no control: a call's time)
+# Each stage writes its bench's JSON and log under $OUT/<stage>/ and prints its table last.
+# Usage (repo root): OUT=/some/dir STAGES=gemm bash perf/levers_gpu.sh
+set -euo pipefail
+out="${OUT:?set OUT to a folder for the results}"
+known="gemm llama bert lora-one curve40 lora-fsdp curve80"
+stages="${STAGES:?set STAGES to one or more of: ${known}}"
+for s in ${stages}; do
+  [[ " ${known} " == *" ${s} "* ]] || { echo "levers_gpu.sh: unknown stage ${s} (${known})" >&2; exit 2; }
+done
+export PYTHONUNBUFFERED=1
+gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+ranks=(python3 -m torch.distributed.run --standalone)
+status=0 # a failed stage is reported at the end; the later stages still run
+stage() { [[ " ${stages} " == *" $1 "* ]]; }
+run() { # run STAGE COMMAND...: the command with OUT=$out/STAGE, its log there, its table printed
+  local name="$1"
+  shift
+  mkdir -p "${out}/${name}"
+  OUT="${out}/${name}" "$@" > "${out}/${name}/${name}.log" 2>&1 || status=1
+  grep -E '^\||invalid|Error|block, every GEMM' "${out}/${name}/${name}.log" || true
+}
+if stage gemm; then
+  run gemm python3 -m perf.parts fp8-gemm
+fi
+if stage llama; then
+  run llama "${ranks[@]}" --nproc_per_node=1 -m perf.bench_llama --layers 8 --variants ours-fp8native,ours-fp8native-fastaccum \
+    --steps 8 --warmup 3
+fi
+if stage bert; then
+  run bert python3 -m perf.bench_bert \
+    --variants compiled_fp8native_cudagraphs_bf16res,compiled_fp8native_cudagraphs_bf16res_fastaccum --steps 20 --warmup 6
+fi
+if stage lora-one; then
+  control=ours-fp8native-fp8w-ac40-flash4
+  run lora-one python3 -m perf.bench_lora --layers 80 --steps 3 --warmup 1 --reference "${control}" \
+    --variants "${control},ours-fp8native-fp8w-fastaccum-ac40-flash4,ours-fp8native-fp8w-fp8act-ac24-flash4"
+fi
+if stage curve40; then
+  run curve40 python3 -m perf.curve_parity lora --layers 40 --ac --mlperf-regime --lora-warmup 5 --steps 30 \
+    --lora-variants ours-fp8native-fastaccum,ours-fp8native-fp8act-ac20
+fi
+if stage lora-fsdp; then
+  control=ours-fp8native-ac24-flash4
+  run lora-fsdp "${ranks[@]}" --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 --steps 3 --warmup 1 --reference "${control}" \
+    --variants "${control},ours-fp8native-fp8w-ac24-flash4,ours-fp8native-fp8w-ac12-flash4"
+fi
+if stage curve80; then
+  run curve80 "${ranks[@]}" --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --ac --mlperf-regime --lora-warmup 5 --steps 20 \
+    --lora-variants ours-fp8native-fp8w --lora-control none
+fi
+exit "${status}"
