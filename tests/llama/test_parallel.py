@@ -56,10 +56,16 @@ def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp
         torch.testing.assert_close(result["state"][name], value, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_gradients_reduced_in_bf16_train_as_in_float32(tmp_path, reference):
-    """GRAD_REDUCE_IN_FP32=0: FSDP2 reduce-scatters the gradients in bf16 (the sharded float32 gradients
-    still accumulate in float32): the same training within bf16's rounding of each reduced gradient."""
-    result = torch.load(run_worker(tmp_path, 2, 1, 2, GRAD_REDUCE_IN_FP32="0", REDUCE_EACH_MICRO_BATCH="1"))
+@pytest.mark.parametrize("reduce_each", ["1", "0"], ids=["reduce-each-micro-batch", "reduce-once-a-step"])
+def test_gradients_reduced_in_bf16_train_as_in_float32(tmp_path, reference, reduce_each):
+    """GRAD_REDUCE_IN_FP32=0: FSDP2 reduce-scatters the gradients in bf16: the same training within bf16's
+    rounding, after each micro-batch (REDUCE_EACH_MICRO_BATCH=1: the sharded float32 gradients add up in
+    float32) or once a step (the unsharded gradients add up before: in float32 here, where the worker
+    computes in float32; in bf16 with the GPU trainers' bf16 compute parameters, as in Megatron's bf16
+    gradient buffer with grad_reduce_in_fp32=False, AMD's and NVIDIA's 8B recipe)."""
+    result = torch.load(
+        run_worker(tmp_path, 2, 1, 2, GRAD_REDUCE_IN_FP32="0", REDUCE_EACH_MICRO_BATCH=reduce_each)
+    )
     ref_losses, ref_state = reference
     assert "fp32 master, bf16 reduce" in result["described"][2], result["described"][2]
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(ref_losses), atol=0, rtol=2e-3)
