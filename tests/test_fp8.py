@@ -290,7 +290,7 @@ def test_triton_kernels_match_pytorch(shape):
 def fake_kernels(fault: str = "") -> types.SimpleNamespace:
     """A stand-in for `training.fp8.kernels` (no Triton here): PyTorch's casts, SwiGLU and GELU, with a
     `fault` on demand (`transpose`: float32 transposes flipped; `swiglu`: silu left out of SwiGLU; `alone`:
-    the copy written without its transposed one flipped)."""
+    the copy written without its transposed one flipped; `packed`: e4m3 codes read without their scale)."""
 
     def cast_transpose(t, scale, amax, dtype, update_amax, transpose=True):
         amax.copy_(t.float().abs().max())
@@ -306,7 +306,13 @@ def fake_kernels(fault: str = "") -> types.SimpleNamespace:
         h = (g if fault == "swiglu" else F.silu(g)) * u
         return cast_transpose(h, scale, amax, torch.float8_e4m3fn, update_amax, transpose)
 
-    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax, transpose=True):
+    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax, transpose=True, g_inv=None,
+                                       u_inv=None):  # fmt: skip
+        if g_inv is not None:
+            ones = torch.ones(())
+            g, u = (
+                casts.unpack_e4m3(t, ones if fault == "packed" else i) for t, i in ((g, g_inv), (u, u_inv))
+            )
         dg, du = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
         e5m2 = torch.float8_e5m2
         return (
@@ -344,9 +350,19 @@ def test_a_faulty_triton_cast_is_named_and_the_native_linear_falls_back_to_pytor
         casts.triton_casts_fault(cpu)
         == "the lone copy of 512x1024 torch.bfloat16 cast to torch.float8_e4m3fn"
     )
-    # on a GPU (pretended): the check runs with the native linear's setup, and a fault means PyTorch's casts
+    monkeypatch.setattr(casts, "kernels", fake_kernels("packed"))  # (FP8_MLP_ACTIVATIONS's backward)
+    assert casts.triton_casts_fault(cpu) == "SwiGLU's backward from e4m3 codes"
+    # a kernel that raises (fails to build, say) is a fault too: PyTorch's casts, the error named
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    broken = types.SimpleNamespace(cast_transpose=lambda *a: (_ for _ in ()).throw(RuntimeError("no sm_90")))
+    monkeypatch.setattr(casts, "kernels", broken)
+    monkeypatch.setattr(casts, "triton_casts_fault", lambda device: broken.cast_transpose())
+    assert casts.choose_casts("auto") == (
+        False,
+        "PyTorch (the Triton casts failed on this GPU: RuntimeError: no sm_90)",
+    )
+    # on a GPU (pretended): the check runs with the native linear's setup, and a fault means PyTorch's casts
     monkeypatch.setattr(casts, "triton_casts_fault", lambda device: fault)
     model = nn.Module()
     model.layers = nn.Sequential(nn.Linear(64, 32))

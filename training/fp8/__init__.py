@@ -188,7 +188,10 @@ def save_mlp_activations_in_fp8(module: nn.Module) -> int:
     (`FusedFp8MLP.saves_fp8`): half of what such an MLP keeps, 0.44 GiB of a Llama 2 70B block's 1.5 at
     8192 tokens, so more blocks fit unrecomputed. The backward computes from the codes' values (e4m3's 3
     mantissa bits, where the gradients it writes are e5m2's 2). For blocks kept for their backward: a
-    recomputed block's saves are made again in the backward and dropped at once. Returns how many MLPs."""
+    recomputed block's saves are made again in the backward and dropped at once. With the Triton casts the
+    backward kernel reads the codes; with PyTorch's a compiled block keeps the unpacked bf16 values instead
+    (the compiler's partitioner moves the unpacking into the forward), so nothing is saved there. Returns
+    how many MLPs."""
     mlps = [m for m in module.modules() if isinstance(m, FusedFp8MLP) and m.names[2] is not None]
     for mlp in mlps:
         mlp.saves_fp8 = True

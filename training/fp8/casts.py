@@ -63,16 +63,18 @@ def cast_transpose(t, scale, dtype, amax=None, by_rows=False, triton=False, tran
 
 
 def pack_e4m3(t: torch.Tensor, triton: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """t as e4m3 codes scaled by its own max |t| (current scaling: no code saturates), and that scale: a
-    tensor kept for a backward in half of bf16's memory (`unpack_e4m3`). A max pass, then the cast
-    (`cast_transpose` without the transposed copy)."""
+    """t as e4m3 codes scaled by its own max |t| (current scaling: no code saturates), and the inverse of
+    that scale: a tensor kept for a backward in half of bf16's memory (`unpack_e4m3`). A max pass, then the
+    cast (`cast_transpose` without the transposed copy)."""
     scale = scale_of(amax_of(t), E4M3_MAX)
-    return cast_transpose(t, scale, torch.float8_e4m3fn, triton=triton, transpose=False)[0], scale
+    codes = cast_transpose(t, scale, torch.float8_e4m3fn, triton=triton, transpose=False)[0]
+    return codes, scale.reciprocal()
 
 
-def unpack_e4m3(codes: torch.Tensor, scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
-    """The values `pack_e4m3` kept, in `dtype`."""
-    return (codes.float() / scale).to(dtype)
+def unpack_e4m3(codes: torch.Tensor, inverse: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
+    """The values `pack_e4m3` kept, in `dtype`: the codes times the inverse scale, in float32, rounded once
+    (what the SwiGLU backward kernel computes from the codes it reads)."""
+    return (codes.float() * inverse).to(dtype)
 
 
 def act_cast_transpose(up, gate, scale, amax=None, triton=False, transpose=True):
@@ -89,13 +91,15 @@ def act_cast_transpose(up, gate, scale, amax=None, triton=False, transpose=True)
 
 
 def act_backward_cast_transpose(
-    dh, up, gate, up_scale, gate_scale, up_amax, gate_amax, triton=False, transpose=True
+    dh, up, gate, up_scale, gate_scale, up_amax, gate_amax, triton=False, transpose=True, inverses=None
 ):
     """The gradients of the activation's inputs, for dh the gradient of its output, each `cast_transpose`d to
     e5m2 with its amax updated: SwiGLU (dup, dup transposed, dgate, dgate transposed; without `transpose`,
     frozen up and gate projections, None for the transposed copies); GELU (dup, dup transposed, the column
     sums of dup in float32: the up projection's bias gradient). One Triton pass on a GPU; elsewhere what
-    eager autograd computes."""
+    eager autograd computes. `inverses` (SwiGLU): up and gate are e4m3 codes (`pack_e4m3`), these the
+    inverses of their scales (up's, gate's); the kernel reads the codes (elsewhere they are unpacked first:
+    compiled, the partitioner then keeps the unpacked bf16 values for the backward, not the codes)."""
     e5m2 = torch.float8_e5m2
     if gate is None:
         if _on_kernels(triton, up):
@@ -103,10 +107,13 @@ def act_backward_cast_transpose(
         dup = torch.ops.aten.gelu_backward(dh, up)
         return (*cast_transpose(dup, up_scale, e5m2, up_amax), dup.sum(0, dtype=torch.float32))
     if _on_kernels(triton, up):
+        packed = () if inverses is None else inverses[::-1]  # (gate's, up's)
         dg, dgt, du, dut = kernels.swiglu_backward_cast_transpose(
-            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax, transpose
+            dh, gate, up, gate_scale, up_scale, gate_amax, up_amax, transpose, *packed
         )
         return (du, dut, dg, dgt) if transpose else (du, None, dg, None)
+    if inverses is not None:
+        up, gate = unpack_e4m3(up, inverses[0]), unpack_e4m3(gate, inverses[1])
     dgate, dup = torch.ops.aten.silu_backward(dh * up, gate), dh * F.silu(gate)
     return (
         *cast_transpose(dup, up_scale, e5m2, up_amax, transpose=transpose),
@@ -141,6 +148,16 @@ def _mlp_kernels_fault(device: torch.device, shape) -> str:
     alone = h_alone, dg_alone, du_alone
     if not all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(alone, (h8, dg8, du8))):
         return "SwiGLU's FP8 copies written without their transposed ones"
+    # the backward from e4m3 codes (FP8_MLP_ACTIVATIONS): what it computes from their unpacked values
+    (gc, gi), (uc, ui) = pack_e4m3(g, True), pack_e4m3(u, True)
+    scratch = [torch.zeros((), device=device) for _ in range(4)]
+    packed = kernels.swiglu_backward_cast_transpose(dh, gc, uc, scale, scale, *scratch[:2], True, gi, ui)
+    unpacked = kernels.swiglu_backward_cast_transpose(
+        dh, unpack_e4m3(gc, gi), unpack_e4m3(uc, ui), scale, scale, *scratch[2:]
+    )
+    same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(packed, unpacked))
+    if not same or not torch.equal(torch.stack(scratch[:2]), torch.stack(scratch[2:])):
+        return "SwiGLU's backward from e4m3 codes"
     checks = (
         ("SwiGLU's output", h8, h8t, amax[0], F.silu(g) * u),
         ("SwiGLU's gate gradient", dg8, dg8t, amax[1], torch.ops.aten.silu_backward(dh * u, g)),
@@ -194,7 +211,10 @@ def choose_casts(requested: str) -> tuple[bool, str]:
         return False, "PyTorch (FP8_CASTS=pytorch)"
     if kernels is None or not torch.cuda.is_available():
         return False, "PyTorch"
-    fault = triton_casts_fault(torch.device("cuda", torch.cuda.current_device()))
+    try:
+        fault = triton_casts_fault(torch.device("cuda", torch.cuda.current_device()))
+    except Exception as err:  # noqa: BLE001 - a kernel that fails to build or run here: PyTorch's casts
+        return False, f"PyTorch (the Triton casts failed on this GPU: {type(err).__name__}: {str(err)[:200]})"
     if fault:
         return False, f"PyTorch (the Triton kernel got {fault} wrong on this GPU)"
     return True, "Triton (checked against PyTorch's on this GPU)"

@@ -96,12 +96,16 @@ def _swiglu_kernel(
 @triton.jit
 def _swiglu_backward_kernel(
     dh_ptr, g_ptr, u_ptr, g_scale_ptr, u_scale_ptr, dg_ptr, dgt_ptr, du_ptr, dut_ptr, g_amax_ptr, u_amax_ptr,
-    M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr
+    g_inv_ptr, u_inv_ptr, M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr,
+    PACKED: tl.constexpr = False
 ):  # fmt: skip
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if PACKED:  # e4m3 codes: their values as `casts.unpack_e4m3` gives them (times the inverse scale, bf16)
+        g = _bf16(g * tl.load(g_inv_ptr))
+        u = _bf16(u * tl.load(u_inv_ptr))
     # eager autograd of F.silu(g) * u in bf16: du = dh * silu(g), dg = silu_backward(dh * u, g)
     du = _bf16(dh * _bf16(g / (1.0 + tl.exp(-g))))
     sig = 1.0 / (1.0 + tl.exp(-g))
@@ -198,10 +202,14 @@ def swiglu_cast_transpose(
 @triton_op("mlperf_fp8::swiglu_backward_cast_transpose", mutates_args={"g_amax", "u_amax"})
 def swiglu_backward_cast_transpose(
     dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, g_scale: torch.Tensor, u_scale: torch.Tensor,
-    g_amax: torch.Tensor, u_amax: torch.Tensor, transpose: bool = True,
+    g_amax: torch.Tensor, u_amax: torch.Tensor, transpose: bool = True, g_inv: torch.Tensor | None = None,
+    u_inv: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """The gradients of g and u (for dh, the gradient of silu(g) * u) cast to e5m2, each row-major and (with
-    `transpose`, else empty tensors) transposed, their max |.| into `g_amax` and `u_amax`."""
+    `transpose`, else empty tensors) transposed, their max |.| into `g_amax` and `u_amax`. With `g_inv` and
+    `u_inv`, g and u are e4m3 codes (`casts.pack_e4m3`) and these the inverses of their scales: the kernel
+    reads one byte an element of each instead of two."""
+    packed = g_inv is not None and u_inv is not None
     dh, g, u = dh.contiguous(), g.contiguous(), u.contiguous()
     (m, n), (bm, bn, warps) = g.shape, BLOCK
     dg, dgt = _fp8_pair(m, n, torch.float8_e5m2, g.device, transpose)
@@ -210,7 +218,8 @@ def swiglu_backward_cast_transpose(
     u_amax.zero_()
     wrap_triton(_swiglu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
         dh, g, u, g_scale, u_scale, dg, dgt if transpose else dg, du, dut if transpose else du, g_amax,
-        u_amax, m, n, FMAX=torch.finfo(dg.dtype).max, BM=bm, BN=bn, TRANS=transpose, num_warps=warps,
+        u_amax, g_inv if packed else g_scale, u_inv if packed else u_scale, m, n,
+        FMAX=torch.finfo(dg.dtype).max, BM=bm, BN=bn, TRANS=transpose, PACKED=packed, num_warps=warps,
     )  # fmt: skip
     return dg, dgt, du, dut
 

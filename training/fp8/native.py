@@ -27,7 +27,6 @@ from training.fp8.casts import (
     cast_transpose,
     pack_e4m3,
     scale_of,
-    unpack_e4m3,
 )
 from training.fp8.gather import unpack
 
@@ -231,8 +230,6 @@ class _Fp8MLP(torch.autograd.Function):
         x8t, up, gate, h8t, wu8t, wg8t, wd8t, x_scale, h_scale, u_scale, g_scale, d_scale, *packed = (
             ctx.saved_tensors
         )
-        if packed[0] is not None:  # (`save_fp8`)
-            up, gate = unpack_e4m3(up, packed[0]), unpack_e4m3(gate, packed[1])
         wu8t, wd8t = _transposed(wu8t, ctx.stored[0]), _transposed(wd8t, ctx.stored[2])
         wg8t = None if wg8t is None else _transposed(wg8t, ctx.stored[1])
         (dy_amax, dup_amax, dgate_amax), (x_dtype, w_dtype, bu_dtype, bd_dtype) = ctx.g_amax, ctx.dtypes
@@ -252,8 +249,9 @@ class _Fp8MLP(torch.autograd.Function):
         if needs[5]:
             db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
         scales, amaxes = (dup_scale, dgate_scale), (dup_amax, dgate_amax)
+        inverses = None if packed[0] is None else packed  # (`save_fp8`: up and gate as e4m3 codes)
         dup8, dup8t, *rest = act_backward_cast_transpose(
-            dh, up, gate, *scales, *amaxes, ctx.triton, transpose=needs[1] or needs[3]
+            dh, up, gate, *scales, *amaxes, ctx.triton, transpose=needs[1] or needs[3], inverses=inverses
         )
         _fold(dup_amax, dup_hist)
         if gate is not None:
