@@ -15,8 +15,9 @@
 #   curve40    1 H200  perf/curve_parity.py lora, 40 blocks, 30 steps, MLPerf's dropout, 5 warm-up steps:
 #                      fast accumulation and FP8 SwiGLU inputs (20 blocks kept) against ours in bf16, beside
 #                      the compiled bf16 control
-#   lora-fsdp  2-8 GPUs perf/bench_lora.py under torchrun, 80 blocks: native FP8 (ACL 24) against the base as
-#                      FP8 shards at ACL 24 and at ACL 12 (the memory it frees spent on kept blocks)
+#   lora-fsdp  2-8 GPUs perf/bench_lora.py under torchrun, 80 blocks: native FP8 at the first ACL of
+#                      FSDP_ACL against the base as FP8 shards at both (the memory it frees spent on kept
+#                      blocks): "24 12" on 4 or more GPUs (the 4 x H200 config's 24), "48 24" on 2
 #   curve80    2 GPUs  perf/curve_parity.py lora under torchrun, all 80 blocks sharded, 20 steps: native FP8
 #                      with the base as FP8 shards against ours in bf16 (no control: a call's time)
 # Each stage writes its bench's JSON and log under $OUT/<stage>/ and prints its table last.
@@ -61,9 +62,11 @@ if stage curve40; then
     --lora-variants ours-fp8native-fastaccum,ours-fp8native-fp8act-ac20
 fi
 if stage lora-fsdp; then
-  control=ours-fp8native-ac24-flash4
-  run lora-fsdp "${ranks[@]}" --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 --steps 3 --warmup 1 --reference "${control}" \
-    --variants "${control},ours-fp8native-fp8w-ac24-flash4,ours-fp8native-fp8w-ac12-flash4"
+  read -r first second <<< "${FSDP_ACL:-$( ((gpus >= 4)) && echo "24 12" || echo "48 24")}"
+  control="ours-fp8native-ac${first}-flash4"
+  run lora-fsdp "${ranks[@]}" --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 --steps 3 --warmup 1 \
+    --reference "${control}" \
+    --variants "${control},ours-fp8native-fp8w-ac${first}-flash4,ours-fp8native-fp8w-ac${second}-flash4"
 fi
 if stage curve80; then
   run curve80 "${ranks[@]}" --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --ac --mlperf-regime --lora-warmup 5 --steps 20 \
