@@ -14,6 +14,9 @@ from tests.llama.helpers import ROOT, subprocess_env
 
 @pytest.mark.slow
 def test_the_tiny_form_runs_both_modes_and_reports(tmp_path, demo_data):
+    """The FP8 runs spend their time in the CPU's `torch._scaled_mm` (about 90 ms for a 256 x 64 x 192 GEMM on
+    CI's 2 cores): the whole check ran under 15 minutes there, and over 15 on a machine running at half its
+    usual speed."""
     out = tmp_path / "check"
     short = [
         "SEQ_LENGTH=64",
@@ -26,7 +29,7 @@ def test_the_tiny_form_runs_both_modes_and_reports(tmp_path, demo_data):
            "3", "--set", "PRECISION=fp8", "--set", "FP8_BACKEND=native", "--out", str(out)]  # fmt: skip
     for item in short:
         cmd += ["--reduce", item]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=1800)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     summary = json.loads((out / "convergence.json").read_text())
     assert [r["mode"] for r in summary["runs"]] == ["reference", "mode"] * 3
