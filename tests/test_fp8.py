@@ -2,6 +2,7 @@
 native linear and fused MLP against their references, backend and cast choices named."""
 
 import contextlib
+import copy
 import importlib.machinery
 import sys
 import types
@@ -556,3 +557,25 @@ def test_fast_accumulation_is_for_the_forward_gemms_only(monkeypatch):
             calls.clear()
         y.float().sum().backward()
         assert forward == [fast] * 4 and calls == [False] * 8, (fast, forward, calls)
+
+
+def test_the_fp8_gemms_compute_the_same_under_cpu_autocast():
+    """The CPU emulates `torch._scaled_mm` by a float32 matmul of the scaled operands, which bf16 autocast
+    would run in bf16: the native linear and fused MLP compute the same bits with autocast (one process's
+    step) as without (FSDP2's bf16 parameters), forward and backward."""
+    torch.manual_seed(0)
+    base = {"up": nn.Linear(64, 96, bias=False), "gate": nn.Linear(64, 96, bias=False),
+            "down": nn.Linear(96, 64, bias=False)}  # fmt: skip
+    single, x = nn.Linear(64, 32), torch.randn(16, 64)
+    results = []
+    for on in (False, True):
+        lin = {n: Fp8Linear.from_linear(copy.deepcopy(m)) for n, m in base.items()}
+        mlp, linear = FusedFp8MLP("up", "down", "gate", lin), Fp8Linear.from_linear(copy.deepcopy(single))
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", torch.bfloat16, enabled=on):
+            y = mlp(xi).float().sum() + linear(xi).float().square().sum()
+            y.backward()
+        grads = [xi.grad, *(p.grad for p in [*mlp.parameters(), *linear.parameters()])]
+        results.append([y.detach(), *grads])
+    for off, on in zip(*results):
+        assert torch.equal(off, on)

@@ -43,6 +43,17 @@ def _cast_weight(w: torch.Tensor, given_scale: torch.Tensor | None, triton: bool
     return (*cast_transpose(w, scale, torch.float8_e4m3fn, triton=triton), scale)
 
 
+def _scaled_mm(*args, **kwargs) -> torch.Tensor:
+    """`torch._scaled_mm` outside autocast. On the CPU PyTorch emulates it: each operand in float32 times its
+    scale, then a float32 matmul, which CPU autocast would run in bf16 (the scaled operands rounded to bf16
+    first): other numbers than a run without autocast (FSDP2's, which computes in bf16 parameters) and than a
+    GPU's single FP8 GEMM, which autocast leaves alone."""
+    if not args[0].is_cpu:
+        return torch._scaled_mm(*args, **kwargs)
+    with torch.autocast("cpu", enabled=False):
+        return torch._scaled_mm(*args, **kwargs)
+
+
 def _kept(w8: torch.Tensor, w8t: torch.Tensor | None) -> torch.Tensor:
     """What a forward keeps of a weight for its backward: the transposed copy, or for a weight stored in FP8
     the weight itself (a reference, no memory), transposed when the backward needs it (`_transposed`)."""
@@ -134,8 +145,8 @@ class _Fp8Matmul(torch.autograd.Function):
         w8, w8t, w_scale = _cast_weight(w, w_gathered_scale, triton)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
-        y = torch._scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out,
-                             use_fast_accum=fast_accum)  # fmt: skip
+        y = _scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out,
+                       use_fast_accum=fast_accum)  # fmt: skip
         # a frozen weight (LoRA's base) needs no weight gradient: no transposed copies of x or of the
         # gradient (for the weight gradient's GEMM only) are written
         ctx.save_for_backward(x8t, _kept(w8, w8t), x_scale, w_scale)
@@ -157,10 +168,10 @@ class _Fp8Matmul(torch.autograd.Function):
         )
         _fold(g_amax, ctx.g_hist)
         g_inv = g_scale.reciprocal()
-        dx = torch._scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
+        dx = _scaled_mm(g8, w8t.t(), g_inv, w_scale.reciprocal(), out_dtype=ctx.dtypes[0])
         dw = db = None
         if ctx.needs_input_grad[1]:
-            dw = torch._scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
+            dw = _scaled_mm(g8t, x8t.t(), g_inv, x_scale.reciprocal(), out_dtype=ctx.dtypes[1])
         if ctx.needs_input_grad[2]:
             db = g.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
         _commit(ctx.commit)
@@ -198,15 +209,15 @@ class _Fp8MLP(torch.autograd.Function):
         wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
         bias_up, bias_down = (None if b is None else b.to(bf16) for b in (b_up, b_down))
         fast = {"out_dtype": bf16, "use_fast_accum": fast_accum}
-        up = torch._scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, **fast)
+        up = _scaled_mm(x8, wu8.t(), x_inv, u_scale.reciprocal(), bias_up, **fast)
         gate = wg8 = wg8t = g_scale = None
         if w_gate is not None:
             wg8, wg8t, g_scale = _cast_weight(w_gate, wg_gathered, triton)
-            gate = torch._scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), **fast)
+            gate = _scaled_mm(x8, wg8.t(), x_inv, g_scale.reciprocal(), **fast)
         h8, h8t = act_cast_transpose(
             up, gate, h_scale, h_amax_next if update_amax else None, triton, transpose=needs[4]
         )
-        y = torch._scaled_mm(h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, **fast)
+        y = _scaled_mm(h8, wd8.t(), h_scale.reciprocal(), d_scale.reciprocal(), bias_down, **fast)
         h8t = h8t if needs[4] else None  # (GELU's kernel writes it always)
         kept = _kept(wu8, wu8t), None if w_gate is None else _kept(wg8, wg8t), _kept(wd8, wd8t)
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
@@ -242,10 +253,10 @@ class _Fp8MLP(torch.autograd.Function):
         dy_hist, dup_hist, dgate_hist = ctx.g_hist
         _fold(dy_amax, dy_hist)
         dy_inv, x_inv = dy_scale.reciprocal(), x_scale.reciprocal()
-        dh = torch._scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
+        dh = _scaled_mm(dy8, wd8t.t(), dy_inv, d_scale.reciprocal(), out_dtype=torch.bfloat16)
         dw_down = dw_up = dw_gate = db_up = db_down = None
         if needs[4]:
-            dw_down = torch._scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
+            dw_down = _scaled_mm(dy8t, h8t.t(), dy_inv, h_scale.reciprocal(), out_dtype=w_dtype)
         if needs[5]:
             db_down = dy.sum(0, dtype=torch.float32).to(bd_dtype)
         scales, amaxes = (dup_scale, dgate_scale), (dup_amax, dgate_amax)
@@ -257,16 +268,16 @@ class _Fp8MLP(torch.autograd.Function):
         if gate is not None:
             _fold(dgate_amax, dgate_hist)
         dup_inv = dup_scale.reciprocal()
-        dx = torch._scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
+        dx = _scaled_mm(dup8, wu8t.t(), dup_inv, u_scale.reciprocal(), out_dtype=x_dtype)
         if needs[1]:
-            dw_up = torch._scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
+            dw_up = _scaled_mm(dup8t, x8t.t(), dup_inv, x_inv, out_dtype=w_dtype)
         if gate is None:
             db_up = rest[0].to(bu_dtype) if needs[2] else None
         else:
             (dg8, dg8t), dg_inv = rest, dgate_scale.reciprocal()
-            dx = dx + torch._scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
+            dx = dx + _scaled_mm(dg8, wg8t.t(), dg_inv, g_scale.reciprocal(), out_dtype=x_dtype)
             if needs[3]:
-                dw_gate = torch._scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
+                dw_gate = _scaled_mm(dg8t, x8t.t(), dg_inv, x_inv, out_dtype=w_dtype)
         _commit(ctx.commit)
         return dx, dw_up, db_up, dw_gate, dw_down, db_down, *[None] * 19
 
