@@ -145,6 +145,16 @@ def test_reaching_the_target_ends_the_run_converged(caplog, row, scores):
     assert keys.count("block_start") == keys.count("block_stop") and "tracked_stats" in keys
 
 
+def test_a_run_that_stops_before_its_first_evaluation_says_no_evaluation_ran(caplog):
+    """Evaluations after steps 2 and 4, the step limit at 1: the schedule evaluates nothing (the preflight
+    refuses such a config), and the run's outcome says so rather than an eval loss of nan."""
+    assert not Schedule(8, 1, {2, 4}, 2).evaluates() and not Schedule(8, 4, {0}, 2).evaluates()
+    assert Schedule(8, 2, {2, 4}, 2).evaluates() and Schedule(8, 4, range(4, 5), 2).evaluates()
+    ended, events = run(caplog, [], max_steps=1)
+    assert ended == Outcome("not_converged", "no evaluation ran (target eval loss 1.0) after 8 samples")
+    assert "eval_accuracy" not in [key for key, _, _ in events]
+
+
 def test_a_non_finite_loss_ends_the_run_at_the_next_check(caplog, capsys):
     ended, events = run(caplog, [], losses=[(0, math.nan)])
     assert ended == Outcome("diverged", "non-finite loss by step 2")

@@ -4,7 +4,8 @@ For $BENCHMARK (a row of `training.benchmarks`): prints the doctor's report for 
 check (its `preflight.check(environ)`: the sourced config, its arithmetic against the machine, the files the
 trainer opens, the GPUs), then the data verifier the table names (`python -m <verifier> DATADIR
 --preflight`: the fast check of the prepared data). Exits 1 with every problem named, so a typo or a
-missing shard fails in seconds rather than after init.
+missing shard fails in seconds rather than after init. A config whose schedule has no evaluation before
+the run stops is refused in one line, and nothing else is checked.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from training import benchmarks, doctor
+from training.common.preflight import NoEvaluation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preflight: {err}", file=sys.stderr)
         return 1
     doctor.main(["--benchmark", bench.name, os.environ.get("DATADIR", "."), os.environ.get("LOGDIR", ".")])
+    datadir = os.environ.get("DATADIR")
     try:
         problems = importlib.import_module(bench.preflight).check(os.environ)
+    except NoEvaluation as err:  # the config alone rules the run out: no data is read
+        problems, datadir = [str(err)], None
     except Exception as err:  # noqa: BLE001 - any failure here is a preflight failure, reported by name
         problems = [f"{type(err).__name__}: {err}"]
-    datadir = os.environ.get("DATADIR")
     if datadir and Path(datadir).is_dir():
         # A thing both the check and the verifier name (AMD's NeMo model folder) is said once.
         problems += [

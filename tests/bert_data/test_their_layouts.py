@@ -33,7 +33,8 @@ from training.bert.preflight import check as preflight
 
 FIXTURE = REPO / "tests" / "data"
 CONFIG = FIXTURE / "tf1_bert_tiny_config.json"
-ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1"}
+ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1", "EVAL_ITER_START_SAMPLES": "400",
+       "EVAL_ITER_SAMPLES": "400"}  # fmt: skip
 
 
 def theirs_hdf5_md5(path: Path) -> str:

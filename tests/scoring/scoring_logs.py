@@ -77,7 +77,7 @@ def bert_log_lines(
     stop = run_start + int(minutes * 60000)
     lines += [
         mllog_line("block_stop", time_ms=stop, metadata={"first_epoch_num": 1}, event_type="INTERVAL_END"),
-        mllog_line("train_samples", evals[-1][0], time_ms=stop),
+        mllog_line("train_samples", evals[-1][0] if evals else gbs, time_ms=stop),
         mllog_line("run_stop", time_ms=stop, metadata={"status": status}, event_type="INTERVAL_END"),
     ]
     return [line for line in lines if json.loads(line[len(":::MLLOG ") :])["key"] not in drop]

@@ -134,6 +134,23 @@ def test_incomplete_and_failed_runs_are_counted(tmp_path):
     assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 1
 
 
+def test_a_run_without_an_evaluation_says_so(tmp_path):
+    """A log with no eval_accuracy has no accuracy to name: its verdict says no evaluation ran, from the log
+    alone and from the trainer's own outcome (the loop's words), never an accuracy of nan."""
+    write_log(tmp_path / "bert_x_1.log", bert_log_lines(status="aborted", evals=()))
+    write_log(tmp_path / "bert_x_2.log", bert_log_lines(status="aborted", evals=()))
+    detail = "no evaluation ran (target eval_accuracy 0.72) after 1110 samples"
+    record = {"status": "not_converged", "detail": detail, "rank": 0, "time": 1.0}
+    (tmp_path / "bert_x_2.outcome.json").write_text(json.dumps(record))
+    assert main([str(tmp_path)]) == 1
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["verdict"], r["last_eval_accuracy"]) for r in s["runs"]] == [
+        ("not converged (aborted): no evaluation ran", None),
+        (f"not converged: {detail}", None),
+    ]
+    assert "nan" not in (tmp_path / "summary.md").read_text()
+
+
 def test_missing_run_stop_exit_status(tmp_path):
     write_log(tmp_path / "result_0.txt", bert_log_lines(drop=("run_stop",)))
     assert main([str(tmp_path)]) == 1

@@ -73,6 +73,7 @@ def test_preflight_checks_the_launchers_world_size(tmp_path):
 
     data = write_dataset(tmp_path)
     env = {"DATADIR": str(data), "BATCHSIZE": "4", "LR": "0.01", "MAX_STEPS": "10", "INIT_CHECKPOINT": "none",
+           "EVAL_ITER_START_SAMPLES": "80", "EVAL_ITER_SAMPLES": "80",
            "CPU_DEMO": "1", "DGXSYSTEM": "CPU_2x1x4", "DGXNNODES": "2", "DGXNGPU": "1"}  # fmt: skip
     assert preflight.check(env) == []
     assert preflight.check({**env, "LAUNCH_WORLD_SIZE": "2"}) == []

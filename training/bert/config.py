@@ -8,6 +8,7 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import ConfigError, RunSettings, env_names, var
+from training.common.mlperf_loop import Schedule
 
 BENCHMARK = benchmarks.BENCHMARKS["bert"]
 OFFICIAL_TARGET = BENCHMARK.target
@@ -129,6 +130,32 @@ class BertConfig(RunSettings):
         step that reaches MAX_SAMPLES_TERMINATION samples if that comes first."""
         return min(
             self.max_steps, math.ceil(self.max_samples_termination / self.global_batch_size(world_size))
+        )
+
+    def schedule(self, world_size: int) -> Schedule:
+        """The run as the loop runs it: its global batch, last step, evaluations and LOG_FREQ."""
+        return Schedule(self.global_batch_size(world_size), self.max_train_steps(world_size),
+                        set(self.eval_steps(world_size)), self.log_freq)  # fmt: skip
+
+    def no_evaluation(self, world_size: int) -> str | None:
+        schedule = self.schedule(world_size)
+        if schedule.evaluates():
+            return None
+        gbs, start, every = schedule.global_batch, self.eval_iter_start_samples, self.eval_iter_samples
+        first = start or every  # the first evaluation after a step (one at 0 samples would come before any)
+        latest = min(self.max_samples_termination - 1, schedule.max_steps * gbs)
+        limits = [f"MAX_SAMPLES_TERMINATION > {first}"] if first >= self.max_samples_termination else []
+        if math.ceil(first / gbs) > self.max_steps:
+            limits.append(f"MAX_STEPS >= {math.ceil(first / gbs)}")
+        earlier = f"between 1 and {latest}" if start == 0 else f"<= {latest}"
+        fixes = [f"EVAL_ITER_START_SAMPLES {earlier}"] if latest > 0 else []
+        fixes.append(" and ".join(limits))
+        return (
+            "no evaluation scheduled: BERT evaluates at EVAL_ITER_START_SAMPLES samples, then every "
+            "EVAL_ITER_SAMPLES, below MAX_SAMPLES_TERMINATION (as NVIDIA's run_pretraining.py), until the "
+            f"run stops at MAX_STEPS; EVAL_ITER_START_SAMPLES={start}, EVAL_ITER_SAMPLES={every}, "
+            f"MAX_SAMPLES_TERMINATION={self.max_samples_termination} (MAX_STEPS={self.max_steps}, {gbs} "
+            f"samples a step) give none, so the run could not reach its target: set {', or '.join(fixes)}"
         )
 
     def paths(self) -> dict[str, Path | None]:

@@ -1,7 +1,8 @@
 """BERT's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight` before the runs.
 
-Seconds, not minutes: the config parses and its arithmetic fits the machine (DGXSYSTEM's NxGxB, nodes x GPUs
-against the launcher, a whole global batch), its files exist, the first and last training shard open with
+Seconds, not minutes: the config parses, its schedule has an evaluation before the run stops (else that alone
+is said: `training.common.preflight.load_config`), its arithmetic fits the machine (DGXSYSTEM's NxGxB, nodes x
+GPUs against the launcher, a whole global batch), its files exist, the first and last training shard open with
 the trainer's own reader, there are enough shards for the ranks, the attention and FP8 backends asked for
 exist here, and the node has the GPUs the config asks for. (The prepared data's integrity is checked by the
 data verifier the benchmark table names, which the preflight runs next.)

@@ -21,7 +21,7 @@ from training.bert.step import evaluate, loss_scaler, train_step, warm_up
 from training.common import backends, dist, outcome
 from training.common.config import config_from_environment
 from training.common.mllog import MLLogger, constants
-from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
+from training.common.mlperf_loop import MLPerfRun, StepResult
 
 
 def main() -> outcome.Outcome:
@@ -54,7 +54,6 @@ def main() -> outcome.Outcome:
         train_model, optimizer, cfg, autocast, info, loss_scaler(precision, cfg.init_loss_scale, info.device)
     )
     scaler = loss_scaler(precision, cfg.init_loss_scale, info.device)
-    max_steps = cfg.max_train_steps(info.world_size)
 
     @functools.cache
     def eval_set() -> list[data.Batch]:
@@ -80,7 +79,7 @@ def main() -> outcome.Outcome:
         return one_step
 
     return run.train(
-        Schedule(gbs, max_steps, set(cfg.eval_steps(info.world_size)), cfg.log_freq),
+        cfg.schedule(info.world_size),
         start_training,
         lambda: evaluate(model, eval_set(), autocast, info.device),
         cfg.target_accuracy,

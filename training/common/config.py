@@ -189,6 +189,12 @@ class RunSettings:
         effective config records them. Empty by default."""
         return []
 
+    def no_evaluation(self, world_size: int) -> str | None:
+        """Why a run of this config on `world_size` ranks would stop before its first evaluation, in one line
+        naming the variables of its schedule, the rule and values that would work; None where it evaluates.
+        Each benchmark answers from the schedule its loop runs (`schedule`)."""
+        return None
+
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
         bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])

@@ -13,7 +13,7 @@ evaluation after each scheduled step; the run stops at the target (`success`) or
 (`aborted`). A non-finite loss, checked on every rank every LOG_FREQ steps, before each evaluation and at the
 last step (a check waits for the device, so not at every step), or a non-finite score also ends it `aborted`.
 `tracked_stats` gives the throughput of the training since the last evaluation. `train` returns how the run
-ended (training.common.outcome).
+ended (training.common.outcome): against the target at its last evaluation, or "no evaluation ran".
 
 The log follows one of MLPerf's two conventions, the one the benchmark table names as its `samples_key`:
 - `samples_count` (the LLM benchmarks): a block for each stretch of training between evaluations, every event
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,8 +69,13 @@ class StepResult:
 class Schedule:
     global_batch: int  # samples per optimizer step
     max_steps: int  # the step limit: the run ends there `aborted`
-    evals: Container[int]  # the steps (counted from 1) after which the model is evaluated
+    evals: Collection[int]  # the steps (counted from 1) after which the model is evaluated
     log_freq: int  # steps between loss lines and non-finite checks (LOG_FREQ)
+
+    def evaluates(self) -> bool:
+        """Whether the run evaluates at all: `train` evaluates after each step of `evals` it runs, 1 to
+        `max_steps`. One that does not can never reach its target (the preflight refuses its config)."""
+        return any(1 <= step <= self.max_steps for step in self.evals)
 
 
 class MLPerfRun:
@@ -138,7 +143,7 @@ class MLPerfRun:
         log.start(constants.RUN_START)
         step_fn = start()
         blocks.start()
-        status, samples, score, diverged = constants.ABORTED, 0, math.nan, ""
+        status, samples, score, diverged = constants.ABORTED, 0, None, ""
         own = _OwnCount(info.device)  # the samples of steps that count them (StepResult.samples)
         window_start, window_first = time.perf_counter(), 0  # training since the last evaluation
         finite = torch.ones((), dtype=torch.bool, device=info.device)
@@ -182,7 +187,9 @@ class MLPerfRun:
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
-        progress = f"{metric} {score:.4f} (target {target}) after {samples} samples"
+        reached = f"{metric} {score:.4f} (target {target})" if score is not None else (
+            f"no evaluation ran (target {metric} {target})")  # fmt: skip
+        progress = f"{reached} after {samples} samples"
         end = outcome.ended(status == constants.SUCCESS, progress, diverged)  # before the teardown
         if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)
             self.say(f"{self.prog}: {line}")

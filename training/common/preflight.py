@@ -11,11 +11,17 @@ from training.common import vendor_vars
 from training.common.config import ConfigError, RunSettings
 
 
+class NoEvaluation(ConfigError):
+    """A config whose run would stop before its first evaluation, so could never reach its target: said in
+    one line (`RunSettings.no_evaluation`), before any data is read."""
+
+
 def load_config(cls: type[RunSettings], environ: Mapping[str, str]) -> tuple[RunSettings | None, list[str]]:
     """(the config, its problems): parsed from the environment with the variables the launcher names
     (CONFIG_VARS), and its scale against the launcher's world size; (None, [the error]) if it does not
-    parse. Prints the vendor names it honored and those not applicable here, and what runs otherwise
-    than the config asks (`substitutions`; once per launch: the preflight runs once)."""
+    parse. Raises NoEvaluation where its schedule has no evaluation before the run stops. Prints the vendor
+    names it honored and those not applicable here, and what runs otherwise than the config asks
+    (`substitutions`; once per launch: the preflight runs once)."""
     try:
         cfg = cls.from_env(environ, environ.get("CONFIG_VARS", "").split())
     except ConfigError as err:
@@ -25,6 +31,8 @@ def load_config(cls: type[RunSettings], environ: Mapping[str, str]) -> tuple[Run
     world = launch_world_size(environ)
     for line in cfg.substitutions(world or cfg.world_size()):
         print(f"preflight: runs otherwise than its config: {line}")
+    if why := cfg.no_evaluation(world or cfg.world_size()):
+        raise NoEvaluation(why)
     return cfg, cfg.scale_problems(world)
 
 

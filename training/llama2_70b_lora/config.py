@@ -20,6 +20,7 @@ from pathlib import Path
 
 from training import benchmarks
 from training.common.config import ConfigError, var
+from training.common.mlperf_loop import Schedule
 from training.llama.build import RunSpec
 from training.llama.checkpoint import shape_from_hf_config
 from training.llama.model import PRESETS, LlamaShape
@@ -237,6 +238,32 @@ class LoraConfig(LlamaRunSettings):
         """(first, every): optimizer steps of the first evaluation and between evaluations."""
         every = math.ceil(self.val_check_interval / self.global_batch_size(world_size))
         return (self.evals_skipped(world_size) + 1) * every, every
+
+    def schedule(self, world_size: int) -> Schedule:
+        """The run as the loop runs it: GBS, MAX_STEPS, the evaluations up to it and LOG_FREQ."""
+        first, every = self.eval_steps(world_size)
+        gbs = self.global_batch_size(world_size)
+        return Schedule(gbs, self.max_steps, range(first, self.max_steps + 1, every), self.log_freq)
+
+    def no_evaluation(self, world_size: int) -> str | None:
+        schedule = self.schedule(world_size)
+        if schedule.evaluates():
+            return None
+        first, every = self.eval_steps(world_size)
+        gbs, last = schedule.global_batch, self.max_steps
+        skipped = f"SKIP_EVALS={self.evals_skipped(world_size)}" + (
+            "" if self.skip_evals is not None else " (the default, floor(0.125 x GBS + 2))")  # fmt: skip
+        if last >= every:
+            fewer = f"SKIP_EVALS <= {last // every - 1}"
+        else:
+            fewer = ("SKIP_EVALS=0 and " if first > every else "") + f"VAL_CHECK_INTERVAL <= {last * gbs}"
+        return (
+            "no evaluation scheduled: LoRA evaluates after (SKIP_EVALS + 1) x ceil(VAL_CHECK_INTERVAL / "
+            "GBS) steps, then every ceil(VAL_CHECK_INTERVAL / GBS), until the run stops at MAX_STEPS (AMD's "
+            f"and NVIDIA's NeMo); {skipped}, VAL_CHECK_INTERVAL={self.val_check_interval} and GBS={gbs} put "
+            f"the first after step {first}, past MAX_STEPS={last}, so the run could not reach its target: "
+            f"set MAX_STEPS >= {first}, or {fewer}"
+        )
 
     def model_shape(self) -> LlamaShape:
         """The checkpoint's shape (its config.json), or Llama 2 70B's without one (INIT_CHECKPOINT=none), at

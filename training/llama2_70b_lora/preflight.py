@@ -1,12 +1,12 @@
 """Llama 2 70B LoRA's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight`.
 
-Seconds, not minutes: the config parses; a model folder holding a NeMo checkpoint (AMD's or NVIDIA's) instead
-of Hugging Face safetensors is one line naming the command that gets them, and nothing else is checked; the
-layout fits
-DGXNNODES x DGXNGPU (and the launcher's world size), the data files and the checkpoint's config.json are where
-the config says, the checkpoint's shape is a Llama's, FP8 has a backend, and the node has the GPUs the config
-asks for. (The rows and the checkpoint's files are checked by the data verifier the benchmark table names,
-which the preflight runs next.)
+Seconds, not minutes: the config parses and its schedule has an evaluation before MAX_STEPS (else that alone
+is said: `training.common.preflight.load_config`); a model folder holding a NeMo checkpoint (AMD's or
+NVIDIA's) instead of Hugging Face safetensors is one line naming the command that gets them, and nothing else
+is checked; the layout fits DGXNNODES x DGXNGPU (and the launcher's world size), the data files and the
+checkpoint's config.json are where the config says, the checkpoint's shape is a Llama's, FP8 has a backend,
+and the node has the GPUs the config asks for. (The rows and the checkpoint's files are checked by the data
+verifier the benchmark table names, which the preflight runs next.)
 """
 
 from __future__ import annotations

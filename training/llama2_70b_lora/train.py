@@ -19,7 +19,7 @@ import sys
 from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
-from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
+from training.common.mlperf_loop import MLPerfRun, StepResult
 from training.llama import parallel
 from training.llama.build import build_run
 from training.llama.step import evaluate_batches, train_step, warm_up
@@ -74,7 +74,6 @@ def main() -> outcome.Outcome:
         warm_up(step, cfg.warmup_train_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
     dp_rank = info.rank // par.cp  # the ranks of a CP group read the same rows
     sampler = data.Sampler(len(train_rows), gbs, gbs // par.dp, cfg.micro_batch_size, dp_rank, seed)
-    first_eval, eval_every = cfg.eval_steps(info.world_size)
     validation = functools.cache(lambda: data.eval_batches(valid_rows, info.rank, info.world_size))
 
     def one_step(index: int) -> StepResult:
@@ -88,7 +87,7 @@ def main() -> outcome.Outcome:
         return {"tokens_per_s_per_gpu": tokens, "model_tflops_per_gpu": tokens * flops_per_token / 1e12}
 
     return run.train(
-        Schedule(gbs, cfg.max_steps, range(first_eval, cfg.max_steps + 1, eval_every), cfg.log_freq),
+        cfg.schedule(info.world_size),
         lambda: one_step,  # the rows are in memory already
         lambda: evaluate_batches(step, *validation(), data.micro_batch(valid_rows, [0])),
         cfg.target,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from training import benchmarks, fp8
 from training.common.config import ConfigError, var
+from training.common.mlperf_loop import Schedule
 from training.llama.build import RunSpec
 from training.llama.model import PRESETS, LlamaShape
 from training.llama.parallel import Parallelism, feature_problems, layout
@@ -206,6 +207,29 @@ class LlamaPretrainConfig(LlamaRunSettings):
         every = math.ceil(self.eval_every / self.gbs)
         first = math.ceil(self.start_eval_at / self.gbs) if self.start_eval_at else every
         return first, every
+
+    def schedule(self) -> Schedule:
+        """The run as the loop runs it: GBS, its last step, the evaluations up to it and LOG_FREQ."""
+        (first, every), last = self.eval_steps(), self.max_train_steps()
+        return Schedule(self.gbs, last, range(first, last + 1, every), self.log_freq)
+
+    def no_evaluation(self, world_size: int) -> str | None:
+        schedule = self.schedule()
+        if schedule.evaluates():
+            return None
+        first, last = self.eval_steps()[0], schedule.max_steps
+        earlier = "START_EVAL_AT" if self.start_eval_at else "EVAL_EVERY"
+        limits = [f"MAX_STEPS >= {first}"] if first > self.max_steps else []
+        if self.max_samples_termination and math.ceil(self.max_samples_termination / self.gbs) < first:
+            limits.append(f"MAX_SAMPLES_TERMINATION > {(first - 1) * self.gbs}")
+        return (
+            "no evaluation scheduled: Llama 3.1 8B evaluates after START_EVAL_AT samples (0: EVAL_EVERY), "
+            "then every EVAL_EVERY, until the run stops at MAX_STEPS steps or MAX_SAMPLES_TERMINATION "
+            f"samples; START_EVAL_AT={self.start_eval_at}, EVAL_EVERY={self.eval_every} and GBS={self.gbs} "
+            f"put the first after step {first}, past the last, step {last} (MAX_STEPS={self.max_steps}, "
+            f"MAX_SAMPLES_TERMINATION={self.max_samples_termination or 'unset'}), so the run could not reach "
+            f"its target: set {earlier} <= {last * self.gbs}, or {' and '.join(limits)}"
+        )
 
     def deviations(self) -> list[str]:
         """Settings that make this run something other than the MLPerf benchmark."""

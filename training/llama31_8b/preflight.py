@@ -1,10 +1,11 @@
 """Llama 3.1 8B's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight`.
 
-Seconds, not minutes: the config parses and its parallel layout fits DGXNNODES x DGXNGPU (and the launcher's
-world size), the validation file holds the EVAL_SAMPLES sequences the evaluation reads, the index cache
-folder is writable, FP8 has a backend, MODEL (when set) has the model's vocabulary, and the node has the GPUs
-the config asks for. (The data files' structure is checked by the data verifier the benchmark table names,
-which the preflight runs next.)
+Seconds, not minutes: the config parses, its schedule has an evaluation before the run stops (else that alone
+is said: `training.common.preflight.load_config`), its parallel layout fits DGXNNODES x DGXNGPU (and the
+launcher's world size), the validation file holds the EVAL_SAMPLES sequences the evaluation reads, the index
+cache folder is writable, FP8 has a backend, MODEL (when set) has the model's vocabulary, and the node has the
+GPUs the config asks for. (The data files' structure is checked by the data verifier the benchmark table
+names, which the preflight runs next.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import sys
 from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment
 from training.common.mllog import MLLogger, constants
-from training.common.mlperf_loop import MLPerfRun, Schedule, StepResult
+from training.common.mlperf_loop import MLPerfRun, StepResult
 from training.llama import optim, parallel
 from training.llama.build import build_run
 from training.llama.step import evaluate, train_step, warm_up
@@ -63,7 +63,6 @@ def main() -> outcome.Outcome:
                       "model_shape": str(shape)})  # fmt: skip
     warm_up(step, cfg.synthetic_warmup_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
     dp_rank = info.rank // (par.pp * par.tp * par.cp)  # the ranks of a PP, TP or CP group read the same data
-    first_eval, eval_every = cfg.eval_steps()
     # read once, at the first evaluation
     validation = functools.cache(
         lambda: data.load_validation(paths["valid"], cfg.eval_samples, cfg.seq_length, shape.vocab_size)
@@ -81,7 +80,7 @@ def main() -> outcome.Outcome:
         return one_step
 
     return run.train(
-        Schedule(cfg.gbs, max_steps, range(first_eval, max_steps + 1, eval_every), cfg.log_freq),
+        cfg.schedule(),
         start_training,
         lambda: evaluate(step, validation(), dp_rank, cfg.micro_batch_size),
         cfg.target,

@@ -69,11 +69,13 @@ def _first_error(messages: list[str]) -> str:
 
 def verdict(run: Run, compliant: bool, messages: list[str], ruleset: str, ended: Outcome | None) -> str:
     """Why a run counts as converged or not, in the words of the summary's verdict column. The log decides;
-    where it says the run did not converge, the trainer's own outcome (`ended`) says why, if it wrote one."""
+    where it says the run did not converge, the trainer's own outcome (`ended`) says why, if it wrote one.
+    A log without an evaluation says so: there is no accuracy to compare with the target."""
     if run.damaged:
         why = f"damaged log: {'; '.join(run.problems[:3])}" + ("; ..." if len(run.problems) > 3 else "")
     elif not run.converged:
         why = "not converged" + ("" if run.status == INCOMPLETE else f" ({run.status})")
+        why += "" if run.evals else ": no evaluation ran"
     elif run.minutes is None:
         return "not converged (run_stop without run_start)"
     elif not compliant:
