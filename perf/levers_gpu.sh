@@ -8,13 +8,15 @@
 #   llama      1 GPU   perf/bench_llama.py, 8 blocks of the 8B width: native FP8 with and without fast
 #                      accumulation against eager bf16
 #   bert       1 GPU   perf/bench_bert.py: the H100 config's mode with and without fast accumulation
-#   lora-one   1 H200  perf/bench_lora.py, all 80 blocks on one GPU with the base stored in FP8: the shipped
-#                      config's mode (ACL 40) against fast accumulation and against FP8 SwiGLU inputs with 16
-#                      blocks fewer recomputed (ACL 24), the control the reference (the same numbers as every
-#                      ACL: recompute restores the dropout generators)
-#   curve40    1 H200  perf/curve_parity.py lora, 40 blocks, 30 steps, MLPerf's dropout, 5 warm-up steps:
-#                      fast accumulation and FP8 SwiGLU inputs (20 blocks kept) against ours in bf16, beside
-#                      the compiled bf16 control
+#   lora-one   1 H200  perf/bench_lora.py, all 80 blocks on one GPU with the base stored in FP8 and the
+#                      allocator's expandable segments (as the one-H200 config sets them): ACL 40 with FP8
+#                      SwiGLU inputs off, against them on with 16 blocks fewer recomputed (ACL 24), with and
+#                      without fast accumulation; the ACL 40 run the reference (every ACL computes the same
+#                      numbers: recompute restores the dropout generators); ATTN (sdpa) the attention
+#   curve40    1 H200  perf/curve_parity.py lora, 40 blocks, 20 steps, MLPerf's dropout, 5 warm-up steps,
+#                      the base stored in FP8: native FP8, FP8 SwiGLU inputs (20 blocks kept) and those with
+#                      fast accumulation against ours in bf16, judged against the spread of ours in bf16
+#                      with two other dropout seeds (the measured noise)
 #   lora-fsdp  2-8 GPUs perf/bench_lora.py under torchrun, 80 blocks: native FP8 at the first ACL of
 #                      FSDP_ACL against the base as FP8 shards at both (the memory it frees spent on kept
 #                      blocks): "24 12" on 4 or more GPUs (the 4 x H200 config's 24), "48 24" on 2
@@ -53,13 +55,15 @@ if stage bert; then
     --variants compiled_fp8native_cudagraphs_bf16res,compiled_fp8native_cudagraphs_bf16res_fastaccum --steps 20 --warmup 6
 fi
 if stage lora-one; then
-  control=ours-fp8native-fp8w-ac40-flash4
-  run lora-one python3 -m perf.bench_lora --layers 80 --steps 3 --warmup 1 --reference "${control}" \
-    --variants "${control},ours-fp8native-fp8w-fastaccum-ac40-flash4,ours-fp8native-fp8w-fp8act-ac24-flash4"
+  attn="${ATTN:-sdpa}"
+  control="ours-fp8native-fp8w-ac40-${attn}"
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run lora-one python3 -m perf.bench_lora --layers 80 \
+    --steps 3 --warmup 1 --reference "${control}" --variants "${control},ours-fp8native-fp8w-fp8act-ac24-${attn},\
+ours-fp8native-fp8w-fastaccum-fp8act-ac24-${attn}"
 fi
 if stage curve40; then
-  run curve40 python3 -m perf.curve_parity lora --layers 40 --ac --mlperf-regime --lora-warmup 5 --steps 30 \
-    --lora-variants ours-fp8native-fastaccum,ours-fp8native-fp8act-ac20
+  run curve40 python3 -m perf.curve_parity lora --layers 40 --ac --mlperf-regime --lora-warmup 5 --steps 20 \
+    --lora-seeds 2 --lora-variants ours-fp8native-fp8w,ours-fp8native-fp8w-fp8act-ac20,ours-fp8native-fp8w-fastaccum-fp8act-ac20
 fi
 if stage lora-fsdp; then
   read -r first second <<< "${FSDP_ACL:-$( ((gpus >= 4)) && echo "24 12" || echo "48 24")}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from perf.lib import parity
 
 REFERENCE = [12.008, 11.910, 11.751, 11.50, 11.20, 10.90, 10.60, 10.30]
@@ -114,3 +116,62 @@ def test_curve_verdicts_judge_the_control_itself_by_the_plain_tolerance():
     assert verdicts["ours-fp8native"]["ok"]
     assert not verdicts["ours-bf16-eager"]["ok"]  # the chaotic stretch is the control's own 4%: said so
     assert not parity.curve_verdicts(curves, "ours-bf16", math.log(V), 0)["ours-fp8native"]["ok"]
+
+
+def test_the_noise_of_other_dropout_seeds_replaces_the_fixed_tolerance():
+    """Against two other seeds of the reference's model (4% apart at the spike, 0.5% elsewhere): a variant 3%
+    off at the spike passes, though a calm step 1.5% off fails (the fixed 5% would pass it); 6% off at the
+    spike fails (the fixed 5% beside no control would fail it too, and so for the right reason)."""
+    ref = [12.0, 11.8, 11.5, 11.2, 11.0, 15.6, 11.0, 10.8, 10.6, 10.5]
+    seed = [r * (1.04 if i == 5 else 1.005) for i, r in enumerate(ref)]
+    seed[0] = ref[0]  # the first loss precedes any dropout mask
+    curves = {"ours-bf16": ref, "ours-bf16-seed1": seed}
+    noise = parity.noise_band(ref, [seed])
+    assert noise[4] == noise[6] == pytest.approx(0.04)  # the spike's spread covers its neighbours too
+    spiky = [r * (1.03 if i == 5 else 1.0) for i, r in enumerate(ref)]
+    calm = [r * (1.015 if i == 8 else 1.0) for i, r in enumerate(ref)]
+    off = [r * (1.06 if i == 5 else 1.0) for i, r in enumerate(ref)]
+    verdicts = parity.curve_verdicts({**curves, "ours-fp8native": spiky, "ours-fp8native-fp8w": calm,
+                                      "ours-fp8native-fastaccum": off}, "ours-bf16", math.log(V), 0,
+                                     seeds=("ours-bf16-seed1",))  # fmt: skip
+    assert verdicts["ours-fp8native"]["ok"], verdicts["ours-fp8native"]
+    assert verdicts["ours-fp8native"]["judge"] == "seeds"
+    calm_record = verdicts["ours-fp8native-fp8w"]
+    assert not calm_record["ok"] and "at step 8" in calm_record["verdict"], calm_record
+    assert not verdicts["ours-fp8native-fastaccum"]["ok"]
+    assert parity.verdict(calm, ref, math.log(V), "fp8")["ok"]  # what the fixed tolerance would have said
+    assert verdicts["ours-bf16-seed1"]["seed"] and verdicts["ours-bf16-seed1"][
+        "max_rel_dev"
+    ] == pytest.approx(0.04)
+
+
+def test_seeds_closer_than_bf16_resolves_leave_bf16_rounding_allowed():
+    ref = [12.0, 11.8, 11.5, 11.2, 11.0, 10.8]
+    noise = parity.noise_band(ref, [list(ref)])
+    assert noise == [0.0] * 6
+    rounded = [r * (1 + 0.5 * parity.RESOLUTION) for r in ref]
+    assert parity.verdict(rounded, ref, math.log(V), "bf16", noise=noise)["ok"]
+    assert not parity.verdict([r * 1.01 for r in ref], ref, math.log(V), "bf16", noise=noise)["ok"]
+
+
+def test_a_lever_is_judged_against_the_mode_it_is_added_to():
+    """FP8 parts from bf16 by 6% at the spike, more than other seeds (1%): FP8 fails; FP8 with FP8 SwiGLU
+    inputs parts from FP8 by 0.5% there: the lever itself passes. Its base is the curve that ran with most
+    of its modes, `acN` going with `fp8act`."""
+    ref = [12.0, 11.8, 11.5, 11.2, 11.0, 15.6, 11.0, 10.8, 10.6, 10.5]
+    seed = [r * (1.01 if i == 5 else 1.002) for i, r in enumerate(ref)]
+    fp8 = [r * (1.06 if i == 5 else 1.001) for i, r in enumerate(ref)]
+    lever = [r * (1.005 if i == 5 else 1.0) for i, r in enumerate(fp8)]
+    curves = {"ours-bf16": ref, "ours-bf16-seed1": seed, "ours-fp8native-fp8w": fp8,
+              "ours-fp8native-fp8w-fp8act-ac20": lever}  # fmt: skip
+    verdicts = parity.curve_verdicts(curves, "ours-bf16", math.log(V), 0, seeds=("ours-bf16-seed1",))
+    assert not verdicts["ours-fp8native-fp8w"]["ok"] and "lever" not in verdicts["ours-fp8native-fp8w"]
+    record = verdicts["ours-fp8native-fp8w-fp8act-ac20"]
+    assert not record["ok"] and record["lever"]["ok"], record
+    assert record["lever"]["reference"] == "ours-fp8native-fp8w"
+    ran = {"ours-fp8native-fp8w", "ours-fp8native-fp8w-fp8act-ac20"}
+    assert (
+        parity.lever_base("ours-fp8native-fp8w-fastaccum-fp8act-ac20", ran)
+        == "ours-fp8native-fp8w-fp8act-ac20"
+    )
+    assert parity.lever_base("ours-fp8native-fp8w-fastaccum", {"ours-fp8native"}) is None

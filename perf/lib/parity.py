@@ -21,7 +21,15 @@ tolerance table (`TOLERANCE`):
   plus what the control parts by there: a long curve's chaotic stretch (a spike from random weights, where
   bf16 runs part by several percent) is neither a failure of the variant nor a place a failure hides (a
   variant farther off than the control by more than the tolerance still fails), and away from it the
-  tolerance is what it is without a control.
+  tolerance is what it is without a control;
+- against measured noise (`noise`, from `noise_band`: how far the reference's own model, trained with other
+  dropout seeds, parts from it at each step): the fixed tolerance is replaced by that spread, or by bf16's
+  resolution (`RESOLUTION`) where the seeds agree more closely than bf16 can tell. A variant is then a model
+  that trains as the reference does when its curve stays as close to the reference as another draw of the
+  dropout masks does; a lever that changes what is learned parts farther, spike or calm stretch alike.
+  A speed lever (`LEVERS`) is judged so twice: its curve against the reference, and against the curve of
+  the mode it is added to (`lever_base`), which tells what the lever itself changes from what its mode
+  (native FP8, say) changes already.
 
 Tolerances (`TOLERANCE`), relative, per step: bf16-class variants (compiled, other kernels, the peers in bf16)
 2%, FP8 variants 5%. Why these: on the same weights and batches, the bf16 variants differ from the eager
@@ -43,6 +51,10 @@ MIN_STEPS = 5  # compared steps below which a verdict is "undetermined"
 # a first loss this close to ln(vocabulary), in nats, is uniform logits: the FP8_WEIGHTS bug's was 5.8e-4
 # above ln(32000); a healthy 2-block toy of hidden 64 starts 4.5e-3 above ln(256), the 70B width 1.6 above
 UNIFORM = 1e-3
+# bf16's unit roundoff, 2^-8: two losses of the bf16 model closer than this, relative, are one bf16 number
+RESOLUTION = 2.0**-8
+SEED_WINDOW = 1  # the noise at a step is the seeds' largest spread within this many steps of it: where two
+# runs' spikes land differs by a step, and two curves that cross agree at one step by chance
 
 
 def kind_of(variant: str) -> str:
@@ -64,13 +76,16 @@ def repeated_steps(reference: list[float], twin: list[float]) -> int:
 
 def verdict(losses: list[float], reference: list[float] | None, uniform: float, kind: str = "bf16",
             reference_name: str = "reference", twin: list[float] | None = None,
-            from_step: int = 0, control: list[float] | None = None) -> dict:  # fmt: skip
+            from_step: int = 0, control: list[float] | None = None,
+            noise: list[float] | None = None) -> dict:  # fmt: skip
     """The parity record of a variant's per-step losses against its reference's (None: this is the reference,
     or none ran; the degenerate check still applies). `uniform`: the loss of uniform logits (ln(vocabulary);
     BERT adds ln 2 for next-sentence prediction). `twin`: a second run of the reference; only the steps the
     two repeat are compared; `from_step`: the steps before it are not; `control`: a bf16 run whose own
-    distance from the reference widens the tolerance step by step. `ok` is True only when every check
-    passes; `undetermined` when too few steps could be compared."""
+    distance from the reference widens the tolerance step by step; `noise`: the measured spread of the
+    reference's own model under other dropout seeds at each step (`noise_band`), which replaces the fixed
+    tolerance (never below `RESOLUTION`). `ok` is True only when every check passes; `undetermined` when too
+    few steps could be compared."""
     tol = TOLERANCE[kind]
     out: dict = {"reference": reference_name, "tolerance": tol, "ok": False}
     if not losses:
@@ -99,12 +114,24 @@ def verdict(losses: list[float], reference: list[float] | None, uniform: float, 
                  for c, b in zip(control[:n], reference)]  # fmt: skip
         out.update(control_max_rel_dev=max(chaos[from_step:n], default=0.0),
                    chaotic_steps=sum(c > TOLERANCE["bf16"] for c in chaos[from_step:n]))  # fmt: skip
+    allowed = [tol] * n
+    if noise is not None:
+        n = min(n, len(noise))
+        allowed = [max(x, RESOLUTION) for x in noise[:n]]
+        out.update(judge="seeds", tolerance=RESOLUTION, noise_max=max(noise[from_step:n], default=0.0))
     if n <= from_step:
         what = f"undetermined: {n} steps, none from step {from_step}"
         return {**out, "undetermined": True, "verdict": what}
-    worst = max(range(from_step, n), key=lambda i: deviations[i] - chaos[i])
+    allowed = [a + c for a, c in zip(allowed, chaos)]
+    worst = max(range(from_step, n), key=lambda i: deviations[i] - allowed[i])
     out.update(steps=n, max_rel_dev=max(deviations[from_step:n]), worst_step=worst)
-    if deviations[worst] > tol + chaos[worst]:
+    if deviations[worst] > allowed[worst]:
+        if noise is not None:
+            return {
+                **out,
+                "verdict": f"off by {deviations[worst]:.2%} at step {worst}, where other dropout "
+                f"seeds part by {noise[worst]:.2%} (bf16 resolves {RESOLUTION:.2%})",
+            }
         beside = f" where the control is {chaos[worst]:.1%} off" if control is not None else ""
         return {**out, "verdict": f"off by {deviations[worst]:.1%} at step {worst}{beside} (> {tol:.0%}"
                                   + (" + the control's" if control is not None else "") + ")"}  # fmt: skip
@@ -118,6 +145,8 @@ def verdict(losses: list[float], reference: list[float] | None, uniform: float, 
     if control is not None and out["chaotic_steps"]:
         chaotic, worst_control = out["chaotic_steps"], out["control_max_rel_dev"]
         where += f"; the control {worst_control:.1%} off at most, {chaotic} steps > 2%"
+    if noise is not None:
+        where += f"; other seeds {out['noise_max']:.2%} apart at most"
     return {**out, "ok": True, "verdict": f"ok ({out['max_rel_dev']:.2%} max over {where})"}
 
 
@@ -167,22 +196,60 @@ def uniform_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 
 
+def noise_band(reference: list[float], seeds: list[list[float]], window: int = SEED_WINDOW) -> list[float]:
+    """At each step, the largest relative distance from the reference of its own model trained with another
+    dropout seed (`seeds`: their curves), over the steps within `window` of it: the spread of equally valid
+    runs, which a variant's distance is judged against."""
+    n = min(len(reference), *(len(s) for s in seeds))
+    spread = [max(abs(s[i] - reference[i]) / abs(reference[i]) if math.isfinite(s[i]) else math.inf
+                  for s in seeds) for i in range(n)]  # fmt: skip
+    return [max(spread[max(0, i - window) : i + window + 1]) for i in range(n)]
+
+
+LEVERS = ("fp8act", "fastaccum")  # the speed levers a curve variant's name may add to a mode (`lever_base`)
+
+
+def lever_base(name: str, ran) -> str | None:
+    """The curve among `ran` that `name` is with fewer of its speed levers (`LEVERS`; `acN`, the blocks
+    `fp8act` keeps, goes with it): the one keeping most of its modes, or None where none ran."""
+    modes = name.split("-")
+    levers = [m for m in modes if m in LEVERS]
+    best = None
+    for drop in range(1, 1 << len(levers)):
+        gone = {m for i, m in enumerate(levers) if drop >> i & 1}
+        kept = [m for m in modes if m not in gone
+                and not ("fp8act" in gone and m.startswith("ac") and m[2:].isdigit())]  # fmt: skip
+        base = "-".join(kept)
+        if base in ran and (best is None or len(kept) > len(best.split("-"))):
+            best = base
+    return best
+
+
 def curve_verdicts(curves: dict[str, list[float]], reference: str, uniform: float, fp8_from: int,
-                   control: str | None = None) -> dict:  # fmt: skip
+                   control: str | None = None, seeds: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """Each curve's `verdict` against the reference curve's (FP8 curves from step `fp8_from`; beside the
-    `control` curve, a bf16 run judged by the plain tolerance itself), with what the curves' table shows
-    besides: the largest deviation over the compared steps and the mean over the last 10, the first and last
-    loss, whether the first is that of uniform logits."""
+    `control` curve, a bf16 run judged by the plain tolerance itself; against the spread of the `seeds`
+    curves, the reference's model with other dropout seeds, where any ran), with what the curves' table
+    shows besides: the largest deviation over the compared steps and the mean over the last 10, the first and
+    last loss, whether the first is that of uniform logits."""
     ref = curves[reference]
     beside = curves[control] if control else None
+    noise = noise_band(ref, [curves[s] for s in seeds]) if seeds else None
     out = {}
     for name, losses in curves.items():
         kind = kind_of(name)
         start = fp8_from if kind == "fp8" else 0
-        against = None if name == reference else ref
+        against = None if name in (reference, *seeds) else ref
         record = verdict(losses, against, uniform, kind, reference, from_step=start,
-                         control=None if name in (reference, control) else beside)  # fmt: skip
+                         control=None if name in (reference, control) else beside,
+                         noise=None if name in seeds else noise)  # fmt: skip
         deviations = [abs(a - b) / abs(b) for a, b in zip(losses, ref)]
+        if name in seeds:
+            record.update(seed=True, max_rel_dev=max(deviations[start:], default=0.0),
+                          verdict="noise: the reference's model with another dropout seed")  # fmt: skip
+        base = lever_base(name, curves) if noise is not None and name not in seeds else None
+        if base:  # the lever alone: what it changes of the mode it is added to, against the same noise
+            record["lever"] = verdict(losses, curves[base], uniform, kind, base, from_step=start, noise=noise)
         out[name] = {**record, "max_rel_dev": record.get("max_rel_dev", 0.0), "from_step": start,
                      "mean_rel_dev_last10": sum(deviations[-10:]) / len(deviations[-10:]),
                      "first": losses[0], "last": losses[-1],
