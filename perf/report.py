@@ -46,6 +46,9 @@ HEADLINE = (
     Pick("BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
          f"{DAY}/bench_bert_h100_fastest_parity.json", "compiled_fp8native_cudagraphs_bf16res", "hf",
          "HF `BertForPreTraining`", readme=True),
+    Pick("BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
+         f"{DAY3}/bench_bert_h200_fastest_parity.json", "compiled_fp8native_cudagraphs_bf16res", "hf",
+         "HF `BertForPreTraining`"),
     Pick(f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
          "full depth, native FP8", f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
          "ours-fp8native-synceach-flash4", "ours-bf16-synceach", "ours, bf16, compiled", readme=True),
