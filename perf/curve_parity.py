@@ -133,8 +133,9 @@ def part_lora(args, device) -> dict:
     for name in variants:
         torch.manual_seed(0)
         modes = name.split("-")[1:] + (["ac"] if args.ac else [])
-        seed = next((int(m[4:]) for m in modes if m.startswith("seed") and m[4:].isdigit()), None)
-        modes = [m for m in modes if not (m.startswith("seed") and m[4:].isdigit())]
+        seeds_asked = [m for m in modes if m.startswith("seed") and m[4:].isdigit()]
+        seed = int(seeds_asked[0][4:]) if seeds_asked else None
+        modes = [m for m in modes if m not in seeds_asked]
         _, step = lora_ours(shape, modes, device, dropout, warmup, args.mesh, args.world)
         if seed is not None:  # the same weights (drawn above), other dropout masks: the seeds of its calls
             torch.manual_seed(DROPOUT_SEEDS + seed)

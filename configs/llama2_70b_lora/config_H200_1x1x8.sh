@@ -18,6 +18,6 @@ DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_} DGXNNODES=1 DGXNGPU=1 MINIBS=8 WALLTIME=480
 # FP8-stored weights and FP8 SwiGLU inputs are native FP8's
 export FP8_BACKEND=native FP8_WEIGHTS=1 FP8_PARAM_GATHER=0 FP8_MLP_ACTIVATIONS=1 ACL=24
-# the caching allocator's expandable segments: the step's peak sits a few GiB under the card's size, and
-# without them fragmentation leaves about 13 GiB reserved but unallocated at ACL 24, more than that margin
+# the caching allocator's expandable segments: the step's peak sits a few GiB under the card's size, less
+# than what fragmentation can leave reserved but unallocated without them
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
