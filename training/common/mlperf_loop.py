@@ -43,8 +43,8 @@ import torch
 
 from training.common import backends, dist, outcome, vendor_vars
 from training.common.config import RunSettings, write_effective_config
-from training.common.disclosure import Disclosure
 from training.common.console import SAMPLE_LIMIT
+from training.common.disclosure import Disclosure
 from training.common.mllog import MLLogger, constants
 
 
@@ -116,8 +116,14 @@ class MLPerfRun:
         for line in substitutions:
             self.say(f"{self.prog}: runs otherwise than its config: {line}")
         if cfg.logdir and cfg.run_tag and self.info.is_main:
-            extra = {"seed": self.seed, "ruleset": cfg.effective_ruleset(), **extra, "substitutions": substitutions,
-                     "versions": backends.versions(), "available": backends.available()}  # fmt: skip
+            extra = {
+                "seed": self.seed,
+                "ruleset": cfg.effective_ruleset(),
+                **extra,
+                "substitutions": substitutions,
+                "versions": backends.versions(),
+                "available": backends.available(),
+            }
             write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
 
     def train(
