@@ -42,9 +42,15 @@ NOT_COMPARED = {"train_samples", "eval_samples", "micro_batch_size", "tensor_par
 def staged(tmp_path_factory):
     out = tmp_path_factory.mktemp("staged_v6")
     (out / "data").mkdir()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(out), "DATADIR": str(out / "data"),
-           "LOGDIR": str(out / "logs"), "LOGDIR_MB_PER_RUN": "0", "CONTAINER_RUNTIME": "none",
-           "PYTHON": sys.executable}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(out),
+        "DATADIR": str(out / "data"),
+        "LOGDIR": str(out / "logs"),
+        "LOGDIR_MB_PER_RUN": "0",
+        "CONTAINER_RUNTIME": "none",
+        "PYTHON": sys.executable,
+    }
     configs = [str(V6 / path) for _, path in PRIMUS]
     subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(out), *configs], env=env, check=True, timeout=300

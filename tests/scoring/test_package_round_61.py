@@ -25,8 +25,13 @@ from training.llama31_8b.config import LlamaPretrainConfig
 from training.scoring.__main__ import main
 
 CPU = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-SHARED = {"DGXNNODES": "1", "DGXNGPU": "8", "MLPERF_SUBMISSION_ORG": "testorg",
-          "MLPERF_SUBMISSION_PLATFORM": "MI355X", "CONFIG_FILENAME": "config_MI355X_1x8x1.sh"}  # fmt: skip
+SHARED = {
+    "DGXNNODES": "1",
+    "DGXNGPU": "8",
+    "MLPERF_SUBMISSION_ORG": "testorg",
+    "MLPERF_SUBMISSION_PLATFORM": "MI355X",
+    "CONFIG_FILENAME": "config_MI355X_1x8x1.sh",
+}
 # Each benchmark: its config, its evaluation points (samples) and scores, reaching the target at the last;
 # converging no faster than the RCPs allow (LoRA at GBS 8: 3072 samples; the 8B at GBS 32: 196,608).
 CASES = {
@@ -77,13 +82,19 @@ def test_ten_runs_of_our_loop_make_a_package_the_61_checker_accepts(bench, caplo
         tag = f"{bench}_{system}_{i}"
         (logdir / f"{tag}.log").write_text("\n".join(one_run(caplog, bench, i, tmp_path)) + "\n")
         effective = {
-            "config": {"DGXSYSTEM": system, "DGXNNODES": 1, "DGXNGPU": 8, "MLPERF_SUBMISSION_ORG": "testorg",
-                       "MLPERF_SUBMISSION_PLATFORM": "MI355X"},
-            "seed": i, "ruleset": "6.1.0",
+            "config": {
+                "DGXSYSTEM": system,
+                "DGXNNODES": 1,
+                "DGXNGPU": 8,
+                "MLPERF_SUBMISSION_ORG": "testorg",
+                "MLPERF_SUBMISSION_PLATFORM": "MI355X",
+            },
+            "seed": i,
+            "ruleset": "6.1.0",
             "versions": {"python": "3.12.3", "torch": "2.11.0", "hip": "7.2.2", "mlperf_logging": "4.1.68"},
             "accelerator": "AMD Instinct MI355X",
             "git_commit": "0123456789abcdef0123456789abcdef01234567",
-        }  # fmt: skip
+        }
         (logdir / f"{tag}.config.json").write_text(json.dumps(effective))
     out = tmp_path / "submission"
     assert main([str(logdir), "--out", str(tmp_path / "summary"), "--package", str(out)]) == 0
