@@ -719,10 +719,10 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "AMD's Primus trainer (its install, experiment yaml, logging, fused RoPE); the trainer here is this "
-        "toolkit's",
+        "AMD's Primus trainer (its install, experiment yaml and workspace names, logging, fused RoPE); the "
+        "trainer here is this toolkit's",
         "PRIMUS_PATH PRIMUS_MLPERF EXP PRIMUS_LOG_LEVEL PRIMUS_APPLY_ROPE_FUSION "
-        "MEGATRON_BRIDGE_LOGGING_LEVEL",
+        "MEGATRON_BRIDGE_LOGGING_LEVEL TEAM EXP_NAME",
         LLAMA,
     ),
     *_na(
