@@ -139,6 +139,16 @@ _missing_in_shell() {
   done
 }
 
+# _sets_system FILE: FILE exports DGXSYSTEM as this shell has it.
+_sets_system() {
+  local line
+  while IFS= read -r line; do
+    [[ ${line} =~ ^[[:space:]]*export[[:space:]]+DGXSYSTEM=[\"\']?([A-Za-z0-9_.+-]+)[\"\']?[[:space:]]*$ ]] &&
+      [[ ${BASH_REMATCH[1]} == "${DGXSYSTEM}" ]] && return 0
+  done <"$1"
+  return 1
+}
+
 # _find_sourced_config: for a shell whose DGXSYSTEM is set without CONFIG_FILE (a vendor's config, which does
 # not name itself: AMD's and NVIDIA's launchers take ./config_${DGXSYSTEM}.sh beside themselves), the file it
 # sourced: of config_${DGXSYSTEM}.sh in this folder, beside the launcher and under configs/<benchmark>/, the one
@@ -237,7 +247,9 @@ load_config() {
   fi
   [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
   system=$(basename "${CONFIG_FILE}" .sh)
-  [[ ${system} == "config_${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
+  # the file's name says its system, or the file sets it (MiTAC's config_MI325X_1node.sh: MI325X_1x8x1)
+  [[ ${system} == "config_${DGXSYSTEM}" ]] || _sets_system "${CONFIG_FILE}" ||
+    die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
     "DGXSYSTEM=${DGXSYSTEM} (config_${DGXSYSTEM}.sh) sourced in this shell: source the file you mean to run," \
     "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
   if ((!sourced_here)); then config_names "$(readlink -f "${CONFIG_FILE}")"; fi
