@@ -2,7 +2,7 @@
 # Host side of one node: config -> one long-lived container -> preflight -> NEXP x (runtime tunables, page
 # cache drop, timed run, compliance check) -> host settings put back -> scoring. Each run's log is
 # LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log, numbered on from the highest index already there, so nothing is
-# overwritten.
+# overwritten. One launcher per LOGDIR at a time: a second refuses, naming the first (host, process, start).
 # Usage (no arguments: the sourced config and the environment say everything; -h/--help: this text):
 #   source configs/bert/config_MI300X_1x8x48.sh
 #   export CONT=mlperf/bert DATADIR=/data/bert_data NEXP=10 LOGDIR=./results

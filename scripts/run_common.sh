@@ -2,7 +2,7 @@
 # What run_with_docker.sh (one node) and run.sub (SLURM) share: reading the config, the NEXP loop (host
 # tuning, page cache drop, one timed run tee'd to LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log numbered on from the
 # highest index already there, its compliance check), putting the host's settings back, and the final
-# scoring. Sourced, never run.
+# scoring; the lock that keeps a second launcher out of LOGDIR (lock_logdir). Sourced, never run.
 #
 # The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls
 # reexec_with_sigint "$@", load_config and config_env, then defines where its steps run and calls preflight
@@ -291,10 +291,74 @@ load_config() {
   else
     echo "Logs: ${LOGDIR} (LOGDIR=${logdir_given}, from the launcher's folder as AMD's run_with_docker.sh takes it)"
   fi
+  lock_logdir
   DATADIR=$(cd "${DATADIR}" && pwd)
   if [[ -n ${MODEL:-} ]]; then MODEL=$(cd "${MODEL}" && pwd); fi
   check_logdir_space
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
+}
+
+# ---- one launcher per LOGDIR ----
+
+# lock_logdir: hold LOGDIR/.launcher.lock (flock) for the launcher's life, so that a second launcher on the
+# same LOGDIR (another terminal, a job submitted twice) refuses before it writes anything, instead of taking
+# the same log numbers and scoring runs still going. The kernel drops the lock with the last process holding
+# the file open, whatever the way it ends (a crash, SIGKILL), so it is never left stale; the processes the
+# launcher started inherit it, and hold LOGDIR until they end too. Who holds it (host, process, start time) is
+# written beside it, LOGDIR/.launcher.holder, for the refusal to name. A file system without locks is said
+# and not protected (the logs' numbers are still reserved one by one: reserve_log).
+_lock_fd=''
+lock_logdir() {
+  local lock="${LOGDIR}/.launcher.lock" holder="${LOGDIR}/.launcher.holder" rc=0 job=''
+  command -v flock >/dev/null || die "flock (util-linux) not found: it keeps a second launcher out of LOGDIR"
+  exec {_lock_fd}<>"${lock}" || die "LOGDIR=${LOGDIR}: cannot open ${lock} (is LOGDIR writable?)"
+  flock --nonblock --conflict-exit-code 75 "${_lock_fd}" || rc=$?
+  if ((rc == 75)); then
+    die "LOGDIR=${LOGDIR} is in use by $(_lock_holder "${holder}"): wait for it to end, or give another LOGDIR"
+  elif ((rc != 0)); then
+    echo "WARNING: LOGDIR=${LOGDIR}: its file system does not lock files (flock exit ${rc}): nothing keeps a" \
+      "second launcher out of it" >&2
+    return 0
+  fi
+  if [[ -n ${SLURM_JOB_ID:-} ]]; then job=" (SLURM job ${SLURM_JOB_ID})"; fi
+  printf '%s\t%s\t%s\t%s\n' "$(hostname)" "$$" "$(date +%s)" "${RUNNER}${job}" >"${holder}.$$.tmp"
+  mv -f -- "${holder}.$$.tmp" "${holder}"
+}
+
+# _lock_holder FILE: the launcher that holds LOGDIR's lock, in words, from FILE (host, pid, start, name). Its
+# holder may not have written FILE yet (it does right after taking the lock), or FILE may still name the one
+# before: read again for up to 2 s while FILE is missing or names a process of this host that has ended.
+_lock_holder() {
+  local file=$1 host='' pid='' start='' who='' tries=0 words
+  while ((tries++ < 20)); do
+    if [[ -f ${file} ]] && IFS=$'\t' read -r host pid start who <"${file}" && [[ ${pid} =~ ^[0-9]+$ ]] &&
+      [[ ${host} != "$(hostname)" || -d /proc/${pid} ]]; then
+      break
+    fi
+    sleep 0.1
+  done
+  [[ -n ${who} && ${start} =~ ^[0-9]+$ ]] || {
+    echo "another launcher (it has not said which: ${file} is missing or unreadable)"
+    return 0
+  }
+  words="${who}, process ${pid} on ${host}, started $(date -u -d "@${start}" '+%Y-%m-%d %H:%M:%S UTC')"
+  if [[ ${host} == "$(hostname)" && ! -d /proc/${pid} ]]; then
+    words+=" (that process has ended; what it started still runs and holds the lock)"
+  fi
+  echo "${words}"
+}
+
+# reserve_log: the next run's log, LOGDIR/<prefix>_<i>.log for the lowest i above every log there, created
+# here and now with O_CREAT|O_EXCL (bash's noclobber), so that two writers, even past the lock, never share a
+# file: the one that loses takes the next number. Sets _tag (<prefix>_<i>) and _log.
+reserve_log() {
+  local n
+  n=$(next_index)
+  until (set -o noclobber && : >"${LOGDIR}/${_prefix}_${n}.log") 2>/dev/null; do
+    [[ -e ${LOGDIR}/${_prefix}_${n}.log ]] || die "cannot create ${LOGDIR}/${_prefix}_${n}.log (is LOGDIR writable?)"
+    n=$((n + 1))
+  done
+  _tag="${_prefix}_${n}" _log="${LOGDIR}/${_prefix}_${n}.log"
 }
 
 # The free space of LOGDIR in KiB, as df reports it to a user (the blocks kept for root left out).
@@ -491,14 +555,16 @@ install_traps() {
 # The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
 # exits with the verdict.
 run_experiments() {
-  local k tag seed rc tee_rc score_rc=0 failures=() first
-  first=$(next_index)
+  local k tag seed rc tee_rc score_rc=0 failures=() log_fd
   _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
   mkfifo "${_fifo_dir}/output"
   _restore_pending=${_tune_host}
   for ((k = 1; k <= NEXP; k++)); do
-    tag="${_prefix}_$((first + k - 1))"
-    _log="${LOGDIR}/${tag}.log"
+    reserve_log
+    tag=${_tag}
+    # Held while the run writes its log (and by what it starts): the scorer counts only logs nobody holds.
+    exec {log_fd}<>"${_log}"
+    flock --nonblock "${log_fd}" || echo "WARNING: could not lock ${_log} (flock exit $?): a scorer may take it for ended" >&2
     if [[ -n ${SEED:-} ]]; then # a fixed first seed (to repeat runs): SEED, SEED+1, ... for the trials
       seed=$((SEED + k - 1))
     else
@@ -527,6 +593,7 @@ run_experiments() {
     if wait "${_run_pid}"; then rc=0; else rc=$?; fi
     if wait "${_tee_pid}"; then tee_rc=0; else tee_rc=$?; fi
     _run_pid='' _tee_pid=''
+    exec {log_fd}<&-
     if ((tee_rc != 0)); then # the next runs' logs could not be written either
       failures+=("trial ${k} (${_log}): $(describe_log_failure "${tee_rc}") (the run's own exit: ${rc})")
       if ((k + 1 == NEXP)); then

@@ -4,6 +4,7 @@ enroot, apptainer, none), and the loop it shares with run_with_docker.sh. Each t
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -269,3 +270,28 @@ def test_shellcheck_fakes(fake):
         [bin_tool("shellcheck"), "--shell=bash", str(fake)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_a_second_job_on_the_same_logdir_refuses(job):
+    """The job submitted twice: the second refuses in one line naming the first's job and process."""
+    first = subprocess.Popen(
+        ["bash", str(REPO / "run.sub")],
+        env={**job.env, "FAKE_SLEEP_TAGS": f"{PREFIX}_1"},
+        cwd=job.tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for((job.tmp / "state" / f"{PREFIX}_1.pid").exists, what="the first job's run to start")
+    second = job.run("run.sub", SLURM_JOB_ID="43")
+    assert second.returncode == 2
+    errors = [line for line in second.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"run.sub: error: LOGDIR={job.logdir} is in use by run.sub (SLURM job 42), process {first.pid} on "
+        f"{socket.gethostname()}, started 20"
+    )
+    assert [p.name for p in job.logdir.glob("*.log")] == [f"{PREFIX}_1.log"]
+    assert len(job.module_calls("training.preflight")) == 1
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=30)
+    assert first.returncode == 143
