@@ -10,8 +10,9 @@
 # CONTAINER_RUNTIME=none runs the in-container steps on this host, from the repo root, with $PYTHON.
 # The loop, logs, checks and scoring are scripts/run_common.sh, shared with run.sub (SLURM).
 # Exit status: 0 when every run converged and passed its checks, 1 otherwise (each failure is listed),
-# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (the stopped run's partial log is kept; SIGINT
-# too when started as a script's `cmd &` job, which a shell starts with SIGINT ignored).
+# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (passed on to the run, whose outcome names it;
+# the stopped run's partial log is kept; SIGINT too when started as a script's `cmd &` job, which a shell
+# starts with SIGINT ignored).
 set -euo pipefail
 
 # -h/--help prints the comment block above; any other argument is refused before anything is read or written.

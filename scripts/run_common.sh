@@ -520,6 +520,10 @@ reexec_with_sigint() {
     "coreutils 8.31): SIGINT will not stop it, SIGTERM will" >&2
 }
 
+# stop_run SIG: pass the signal that stopped the launcher (INT or TERM) on to the run's process group, so that
+# the trainer's outcome names the signal that arrived (SIGINT for a Ctrl-C). run.sub redefines it for srun.
+stop_run() { kill -s "$1" -- "-${_run_pid}"; }
+
 _run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
@@ -535,8 +539,10 @@ _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit
   trap '' INT TERM
   echo "${RUNNER}: caught SIG$1, stopping" >&2
   if [[ -n ${_run_pid} ]]; then
-    kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2
+    stop_run "$1" 2>/dev/null || echo "(the run had already ended)" >&2
     wait "${_run_pid}" || echo "run stopped (exit $?); partial log: ${_log}" >&2
+    # what outlived the run in its group: a background child of a script, started with SIGINT ignored
+    kill -TERM -- "-${_run_pid}" 2>/dev/null || : # (none: the usual case)
   elif [[ -n ${_tee_pid} ]]; then
     : >"${_fifo_dir}/output" # no run to write: tee, waiting for one, gets an empty output
   fi

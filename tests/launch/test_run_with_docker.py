@@ -192,6 +192,8 @@ def test_sigint_exits_130(launch, sigint):
     assert rc == 130, out
     assert "caught SIGINT" in out and "was started with SIGINT ignored" not in out
     assert "run_with_docker.sh: run stopped by SIGINT" in (launch.logdir / f"{PREFIX}_1.log").read_text()
+    # the run got the signal that arrived, so its outcome names it (the fake trainer writes what it caught)
+    assert '"detail": "SIGINT"' in (launch.logdir / f"{PREFIX}_1.outcome.json").read_text()
     wait_for(lambda: not process_alive(int(pidfile.read_text())), timeout=5, what="the training to end")
 
 

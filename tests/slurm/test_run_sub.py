@@ -252,6 +252,25 @@ def test_sigterm_stops_the_run_and_removes_the_enroot_container(job):
     assert srun_calls(job)[-2][-3:] == [str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
 
 
+def test_ctrl_c_reaches_the_tasks_as_sigint(job):
+    """A Ctrl-C of run.sub stops the run with SIGINT, and the run's outcome names it. (The fake srun runs the
+    tasks in its own process group: it does not play srun's rule that only a second SIGINT within a second
+    reaches the tasks, which run.sub's stop_run follows.)"""
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "run.sub")],
+        env={**job.env, "FAKE_SLEEP_TAGS": f"{PREFIX}_1"},
+        cwd=job.tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for((job.tmp / "state" / f"{PREFIX}_1.pid").exists, what="the run to start")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert '"detail": "SIGINT"' in (job.logdir / f"{PREFIX}_1.outcome.json").read_text()
+
+
 def test_run_sub_is_strict_and_shares_the_loop():
     text = (REPO / "run.sub").read_text()
     assert (REPO / "run.sub").stat().st_mode & 0o111
