@@ -46,6 +46,35 @@ require_mountable() {
 
 # ---- the config: the one the user sourced; its names, as bash itself exports them ----
 
+# A config saved on Windows: CRLF line endings leave a carriage return at the end of every value the user's
+# shell set from it (a file name, a number, DGXSYSTEM that names the logs), and a UTF-8 byte-order mark glues
+# itself to the first command. Refused before anything runs, in one line that says how to convert the file.
+_crlf_fix() { # the command that converts FILE (or the file named so, when unknown)
+  printf '%s\n' "sed -i 's/\r\$//' ${1} (or dos2unix ${1}), then source it again"
+}
+_refuse_crlf() { # _refuse_crlf NAME FILE: NAME's value holds a carriage return; FILE the config, if known
+  local value=${!1} file=${2//$'\r'/} found
+  if [[ -z ${file} && ${1} == DGXSYSTEM ]]; then # the file it names, where one of its name has CRs
+    for found in "${PWD}/config_${value%%$'\r'*}.sh" "${REPO_DIR}"/configs/*/"config_${value%%$'\r'*}.sh"; do
+      if [[ -f ${found} ]] && LC_ALL=C grep -q $'\r' -- "${found}"; then file=${found} && break; fi
+    done
+  fi
+  die "${1}=${value//$'\r'/} ends in a carriage return: ${file:-the config you sourced} was saved with Windows" \
+    "line endings (CRLF): convert it: $(_crlf_fix "${file:-CONFIG}")"
+}
+check_config_text() { # check_config_text FILE: no CRLF line endings, no byte-order mark
+  local bom
+  bom=$(head -c 3 -- "$1" | od -An -tx1 | tr -d ' \n')
+  if [[ ${bom} == efbbbf ]]; then
+    die "$1 starts with a UTF-8 byte-order mark, which bash reads as part of its first command: remove it:" \
+      "sed -i '1s/^\xEF\xBB\xBF//' $1 (or dos2unix $1), then source it again"
+  fi
+  if LC_ALL=C grep -q $'\r' -- "$1"; then
+    die "$1 has Windows line endings (CRLF), which leave a carriage return in every value: convert it:" \
+      "$(_crlf_fix "$1")"
+  fi
+}
+
 # _exported_by FILE [EMPTY]: in a subshell, source FILE with no variable exported (their values kept, as the
 # user's shell had them; EMPTY=1: unset, all but a few a command needs) and print, one a line, the names
 # exported afterwards: those FILE exported, whatever the way (export, declare -x, set -a, eval, a file it
@@ -99,6 +128,7 @@ config_names() {
 # (_config_names); then everything exported before is exported again.
 _source_config() {
   local before=()
+  check_config_text "$1"
   mapfile -t before < <(compgen -e)
   if ((${#before[@]} > 0)); then export -n "${before[@]}"; fi
   set +euo pipefail
@@ -153,6 +183,7 @@ _find_sourced_config() {
     real=$(readlink -f "${file}")
     [[ -z ${seen[${real}]:-} ]] || continue
     seen[${real}]=1
+    check_config_text "${real}"
     config_names "${real}"
     _missing_in_shell
     if ((${#_missing[@]} == 0)); then
@@ -218,13 +249,17 @@ _vendor_values() {
 # CPU_DEMO=1); BENCHMARK, DGXNNODES and DGXNGPU where the config did not export them (_vendor_values).
 load_config() {
   local given system sourced_here=0 logdir_given name unnamed=()
+  for name in CONFIG_FILE DGXSYSTEM BENCHMARK; do # what names the config file: before it is looked for
+    if [[ ${!name:-} == *$'\r'* ]]; then _refuse_crlf "${name}" "${CONFIG_FILE:-}"; fi
+  done
   if [[ -n ${CONFIG_FILE:-} ]]; then
     _find_config_file "${CONFIG_FILE}"
     CONFIG_FILE=${_found}
   fi
   if [[ -z ${DGXSYSTEM:-} ]]; then
     [[ -n ${CONFIG_FILE:-} ]] ||
-      die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE"
+      die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE (where sourcing" \
+        "it failed on its first line, it may have been saved on Windows: dos2unix FILE)"
     given=$(readlink -f "${CONFIG_FILE}")
     _source_config "${given}"
     sourced_here=1
@@ -244,6 +279,7 @@ load_config() {
   [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
     die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
   _config_file=$(readlink -f "${CONFIG_FILE}")
+  check_config_text "${_config_file}"
   for name in BENCHMARK DGXNNODES DGXNGPU; do # (one the config exports but this shell lacks: config_env says)
     if [[ -z ${!name:-} && " ${_config_names[*]} " != *" ${name} "* ]]; then unnamed+=("${name}"); fi
   done
@@ -390,6 +426,9 @@ check_logdir_space() {
 config_env() {
   local name
   ((${#_config_names[@]} > 0)) || die "${_config_file} exports no variables"
+  for name in "${_config_names[@]}"; do # (a file the config sources, saved on Windows)
+    if [[ ${!name:-} == *$'\r'* ]]; then _refuse_crlf "${name}" "${_config_file}"; fi
+  done
   echo "Config ${_config_file}: ${_config_names[*]}"
   export CONFIG_VARS="${_config_names[*]}"
   _missing_in_shell
