@@ -296,8 +296,13 @@ load_config() {
   : "${CONT_NAME:=mlperf_${BENCHMARK}}"
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
-  [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
-  [[ -z ${MODEL:-} || -d ${MODEL} ]] || die "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
+  if [[ -f ${DATADIR} ]]; then
+    die_data DATADIR "DATADIR=${DATADIR} is a file, not a folder: DATADIR is the folder the data was prepared in"
+  elif [[ ! -d ${DATADIR} ]]; then
+    die_data DATADIR "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
+  elif [[ -n ${MODEL:-} && ! -d ${MODEL} ]]; then
+    die_data MODEL "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
+  fi
   [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   case ${CLEAR_CACHES} in # AMD's and NVIDIA's configs say 1 or 0; their READMEs also true or false
@@ -332,6 +337,27 @@ load_config() {
   if [[ -n ${MODEL:-} ]]; then MODEL=$(cd "${MODEL}" && pwd); fi
   check_logdir_space
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
+}
+
+# die_data NAME MESSAGE: a data folder's error (NAME: DATADIR or MODEL), then the command that prepares it for
+# this benchmark (python -m training.prepare_hint, standard library only, on this host; in the image for
+# run_with_docker.sh's docker or podman).
+die_data() {
+  local py=python3 args=("${BENCHMARK}" "${!1}") hint
+  if [[ ${CONTAINER_RUNTIME:-} == none ]]; then py=${PYTHON:-python3}; fi
+  if [[ -f ${!1} ]]; then args[1]=DIR; fi
+  if [[ $1 == MODEL ]]; then args+=(--model); fi
+  case ${CPU_DEMO:-0} in 1 | [Tt][Rr][Uu][Ee] | [Yy][Ee][Ss] | [Oo][Nn]) args+=(--sample) ;; esac
+  if [[ ${RUNNER} == run_with_docker.sh && ${CONTAINER_RUNTIME:-docker} =~ ^(docker|podman)$ && -n ${CONT:-} ]]
+  then
+    args+=(--image "${CONTAINER_RUNTIME:-docker}" "${CONT}")
+  fi
+  hint=$(cd "${REPO_DIR}" && "${py}" -m training.prepare_hint "${args[@]}" 2>/dev/null) ||
+    hint="./input_preprocessing/prepare_data.sh --help says how (README.md: Running the real benchmark)"
+  if [[ ${hint} == ./* ]]; then hint="cd ${REPO_DIR} && ${hint}"; fi
+  echo "${RUNNER}: error: $2" >&2
+  echo "  to prepare it for ${BENCHMARK}: ${hint}" >&2
+  exit 2
 }
 
 # ---- one launcher per LOGDIR ----
@@ -388,13 +414,14 @@ _lock_holder() {
 # here and now with O_CREAT|O_EXCL (bash's noclobber), so that two writers, even past the lock, never share a
 # file: the one that loses takes the next number. Sets _tag (<prefix>_<i>) and _log.
 reserve_log() {
-  local n
-  n=$(next_index)
-  until (set -o noclobber && : >"${LOGDIR}/${_prefix}_${n}.log") 2>/dev/null; do
-    [[ -e ${LOGDIR}/${_prefix}_${n}.log ]] || die "cannot create ${LOGDIR}/${_prefix}_${n}.log (is LOGDIR writable?)"
-    n=$((n + 1))
+  local index
+  index=$(next_index)
+  until (set -o noclobber && : >"${LOGDIR}/${_prefix}_${index}.log") 2>/dev/null; do
+    [[ -e ${LOGDIR}/${_prefix}_${index}.log ]] ||
+      die "cannot create ${LOGDIR}/${_prefix}_${index}.log (is LOGDIR writable?)"
+    index=$((index + 1))
   done
-  _tag="${_prefix}_${n}" _log="${LOGDIR}/${_prefix}_${n}.log"
+  _tag="${_prefix}_${index}" _log="${LOGDIR}/${_prefix}_${index}.log"
 }
 
 # The free space of LOGDIR in KiB, as df reports it to a user (the blocks kept for root left out).
