@@ -383,7 +383,7 @@ lock_logdir() {
     return 0
   fi
   if [[ -n ${SLURM_JOB_ID:-} ]]; then job=" (SLURM job ${SLURM_JOB_ID})"; fi
-  printf '%s\t%s\t%s\t%s\n' "$(hostname)" "$$" "$(date +%s)" "${RUNNER}${job}" >"${holder}.$$.tmp"
+  printf '%s\t%s\t%s\t%s\n' "${HOSTNAME}" "$$" "$(date +%s)" "${RUNNER}${job}" >"${holder}.$$.tmp"
   mv -f -- "${holder}.$$.tmp" "${holder}"
 }
 
@@ -394,7 +394,7 @@ _lock_holder() {
   local file=$1 host='' pid='' start='' who='' tries=0 words
   while ((tries++ < 20)); do
     if [[ -f ${file} ]] && IFS=$'\t' read -r host pid start who <"${file}" && [[ ${pid} =~ ^[0-9]+$ ]] &&
-      [[ ${host} != "$(hostname)" || -d /proc/${pid} ]]; then
+      [[ ${host} != "${HOSTNAME}" || -d /proc/${pid} ]]; then
       break
     fi
     sleep 0.1
@@ -404,7 +404,7 @@ _lock_holder() {
     return 0
   }
   words="${who}, process ${pid} on ${host}, started $(date -u -d "@${start}" '+%Y-%m-%d %H:%M:%S UTC')"
-  if [[ ${host} == "$(hostname)" && ! -d /proc/${pid} ]]; then
+  if [[ ${host} == "${HOSTNAME}" && ! -d /proc/${pid} ]]; then
     words+=" (that process has ended; what it started still runs and holds the lock)"
   fi
   echo "${words}"
@@ -636,7 +636,8 @@ run_experiments() {
     tag=${_tag}
     # Held while the run writes its log (and by what it starts): the scorer counts only logs nobody holds.
     exec {log_fd}<>"${_log}"
-    flock --nonblock "${log_fd}" || echo "WARNING: could not lock ${_log} (flock exit $?): a scorer may take it for ended" >&2
+    flock --nonblock "${log_fd}" ||
+      echo "WARNING: could not lock ${_log} (flock exit $?): a scorer may take it for ended" >&2
     if [[ -n ${SEED:-} ]]; then # a fixed first seed (to repeat runs): SEED, SEED+1, ... for the trials
       seed=$((SEED + k - 1))
     else

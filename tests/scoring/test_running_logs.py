@@ -3,9 +3,17 @@ summary that counts a run this scoring did not is kept."""
 
 import fcntl
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from tests.scoring.scoring_logs import bert_log_lines, write_log
 from training.scoring.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_log_still_held_by_its_launcher_is_not_counted(tmp_path, capsys):
@@ -48,3 +56,20 @@ def test_a_summary_counting_a_run_this_scoring_missed_is_kept(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"kept {tmp_path / 'summary.md'}: it counts bert_x_2.log, which ended after" in out
     assert json.loads((tmp_path / "summary.json").read_text())["runs"][1]["log"] == "bert_x_2.log"
+
+
+def test_one_scoring_of_a_folder_at_a_time(tmp_path):
+    """A scoring waits for the one in progress (a lock on the folder) before it reads the logs."""
+    write_log(tmp_path / "bert_x_1.log", bert_log_lines(minutes=2.0, target=0.3, evals=[(100, 0.31)]))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a scoring in progress
+        cmd = [sys.executable, "-m", "training.scoring", str(tmp_path)]
+        later = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            later.wait(timeout=2)  # still waiting for the lock
+        assert not (tmp_path / "summary.json").exists()
+    finally:
+        os.close(fd)
+    assert later.wait(timeout=60) == 0, later.stderr.read()
+    assert (tmp_path / "summary.json").exists()

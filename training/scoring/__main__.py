@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.package:
             package.refuse_nonempty(args.package)  # before the minutes of scoring
-        with scoring_lock(args.out or args.logdir):
+        with scoring_lock(args.logdir):
             summary = score_logdir(args.logdir, args.ruleset, args.division, args.rcp_table)
             markdown = write_summary(summary, args.out or args.logdir)
     except NewerSummary as e:

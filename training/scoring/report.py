@@ -108,14 +108,13 @@ class NewerSummary(Exception):
 
 
 @contextlib.contextmanager
-def scoring_lock(out: Path) -> Iterator[None]:
-    """One scoring at a time writes into `out` (a lock on the folder itself, waited for; no file is added):
-    the later one reads the logs after the earlier one has written, so it counts every run the earlier one
-    counted. Where the folder cannot be locked (a file system without locks), nothing is."""
+def scoring_lock(logdir: Path) -> Iterator[None]:
+    """One scoring of `logdir` at a time (a lock on the folder itself, waited for; no file is added): the
+    later one reads the logs after the earlier one has written its summary, so it counts every run the
+    earlier one counted. Where the folder cannot be locked (a file system without locks), nothing is."""
     try:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
+        fd = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # (no such folder: the scoring says so)
         yield
         return
     try:
