@@ -65,8 +65,11 @@ def model_command(name: str, model: str, sample: bool = False, image: Image = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.prepare_hint", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m training.prepare_hint",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("benchmark")
     parser.add_argument("folder")
     parser.add_argument("--sample", action="store_true", help="the CPU-sized sample (CPU_DEMO configs)")
