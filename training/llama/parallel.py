@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
+from training.fp4 import Fp4Settings, apply_fp4
 from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
@@ -110,6 +111,8 @@ class Features:
     # FP8 for the blocks' linears. Its `gather_in_fp8` and `fuse_mlp` are asked for: taken where the layout
     # allows them (FP8 all-gathers where FSDP2 shards without tensor parallelism; fused MLPs without TP)
     fp8: Fp8Settings | None = None
+    # 4-bit GEMMs for the blocks' linears instead (`training.fp4`), healing into FP8 with `fp8`'s settings
+    fp4: Fp4Settings | None = None
     lora: LoraSettings | None = None
     activation_checkpointing: bool = False
     checkpoint_layers: int | None = None  # with activation checkpointing: the first this many blocks only
@@ -186,7 +189,13 @@ def apply_features(
     `param_dtype`: FSDP2's compute copy of the parameters; `device`: where the model will run (LoRA's
     dropout kernel is checked there). Returns what each feature did."""
     pipeline = apply_pp(model, mesh)
-    fp8 = apply_fp8(model, _fp8_for_layout(features.fp8, mesh))
+    if features.fp4 is not None:
+        if mesh is not None and mesh["tp"].size() > 1:
+            raise ValueError("FP4=True with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented here")
+        healing = features.fp8 or Fp8Settings(backend="native")
+        fp8 = apply_fp4(model, features.fp4, healing, device or torch.device("cpu"))
+    else:
+        fp8 = apply_fp8(model, _fp8_for_layout(features.fp8, mesh))
     lora = apply_lora(model, features.lora, device)
     lora = Change(len(model.layers), lora) if features.lora is not None else OFF
     tensor = apply_tp(model, mesh)
