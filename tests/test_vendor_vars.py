@@ -69,12 +69,13 @@ def test_recompute_names_map_to_ours_and_what_is_not_implemented_is_refused_by_n
 
 def test_fp4_trains_its_recipe():
     """NVIDIA's _fp4 configs (FP4=True FP8=False, FP4_RECIPE=nvfp4) train their 4-bit recipe
-    (`training.fp4`), FP8 only after healing: no substitution; FP4 is refused beside a precision that
-    contradicts it."""
+    (`training.fp4`), FP8 only after healing, and say that the GEMMs are emulated except on sm100; FP4 is
+    refused beside a precision that contradicts it."""
     cfg = LoraConfig.from_env({**LORA, "FP4": "True", "FP8": "False", "FP4_RECIPE": "nvfp4"})
-    assert cfg.requested_precision() == "fp8" and cfg.substitutions(8) == []
-    assert cfg.fp4_settings().recipe.format == "nvfp4"
-    assert LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP4": "1"}).substitutions(8) == []
+    assert cfg.requested_precision() == "fp8" and cfg.fp4_settings().recipe.format == "nvfp4"
+    (said,) = cfg.substitutions(8)
+    assert said.startswith("FP4=True: the NVFP4 GEMMs run emulated") and "not speed" in said
+    assert LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP4": "1"}).substitutions(8) == [said]
     with pytest.raises(ConfigError, match="FP4=True .* contradicts PRECISION=fp32"):
         LoraConfig.from_env({**LORA, "FP4": "True", "PRECISION": "fp32"})
     off = LoraConfig.from_env({**LORA, "FP4": "False", "FP8": "False"})

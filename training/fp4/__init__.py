@@ -35,7 +35,7 @@ from torch import nn
 
 from training.fp4 import gemm
 from training.fp4.linear import MXFP4, NVFP4, RECIPES, Fp4Linear, Fp4Recipe
-from training.fp8 import Fp8, Fp8Settings, _swap_linears, amax_description
+from training.fp8 import Fp8, Fp8Settings, _swap_linears, amax_description, casts
 
 __all__ = ["MXFP4", "NVFP4", "RECIPES", "Fp4", "Fp4Recipe", "Fp4Settings", "apply_fp4"]
 
@@ -108,13 +108,14 @@ def apply_fp4(model: nn.Module, settings: Fp4Settings, fp8: Fp8Settings, device:
     `settings.recipe` and healing into native FP8 delayed scaling with `fp8`'s amax settings; the MLPs are
     not fused and the weights not all-gathered in FP8 (the 4-bit GEMMs quantize each step's weight)."""
     kernel = choose_kernel(settings.kernel, device)
+    triton, _ = casts.choose_casts(fp8.casts)  # the FP8 casts after healing, as native FP8's
     history = fp8.amax_history if fp8.amax_algo == "max" and fp8.amax_history > 1 else 0
     generator = None
     if settings.recipe.format == NVFP4 and settings.recipe.nvfp4_stochastic:
         # its own generator, seeded from the run's seed: dropout's and the data's draws stay as without it
         generator = torch.Generator(device=device).manual_seed(torch.initial_seed())
     swapped = _swap_linears(
-        model, lambda child: Fp4Linear.from_linear(child, settings.recipe, kernel, generator, history)
+        model, lambda child: Fp4Linear.from_linear(child, settings.recipe, kernel, generator, history, triton)
     )
     linears = [m for m in model.modules() if isinstance(m, Fp4Linear)]
     if settings.healing_iter == 0:

@@ -113,8 +113,10 @@ class Fp4Linear(native.Fp8Linear):
     in_fp4 = True
 
     @classmethod
-    def from_linear(cls, linear, recipe: Fp4Recipe, kernel: str, generator=None, history: int = 0):
-        new = super().from_linear(linear, triton=False, history=history)
+    def from_linear(
+        cls, linear, recipe: Fp4Recipe, kernel: str, generator=None, history: int = 0, triton: bool = False
+    ):
+        new = super().from_linear(linear, triton=triton, history=history)
         new.recipe, new.kernel, new.generator = recipe, kernel, generator
         new.calibrated = True
         return new

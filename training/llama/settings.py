@@ -153,6 +153,18 @@ class LlamaRunSettings(RunSettings):
         compute, native FP8 for the healed linears)."""
         return "fp8" if self.fp4 else super().requested_precision()
 
+    def substitutions(self, world_size: int) -> list[str]:
+        """FP4=True where the GPU has no 4-bit GEMM this toolkit calls (anything but sm100: H100, H200,
+        MI300X, MI355X, the CPU): the recipe's values through emulated GEMMs, for numerics, not speed."""
+        if not self.fp4:
+            return []
+        line = (
+            f"FP4=True: the {self.fp4_recipe.upper()} GEMMs run emulated (quantize, dequantize, float32 "
+            "GEMM: the recipe's values, for numerics, not speed) except on sm100 GPUs (B200, B300), where "
+            "PyTorch's block-scaled FP4 GEMM runs; the run's fp8 backend line says which"
+        )
+        return [line]
+
     def fp4_settings(self) -> Fp4Settings | None:
         """The 4-bit recipe FP4=True asks for (None without it), the vendors' switches mapped one to one."""
         if not self.fp4:
