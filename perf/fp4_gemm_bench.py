@@ -18,7 +18,8 @@ import time
 import torch
 from torch import nn
 
-from training.fp4 import Fp4Recipe, Fp4Settings, apply_fp4, gemm
+from training.fp4 import Fp4Settings, apply_fp4, gemm
+from training.fp4.linear import Fp4Recipe
 from training.fp8 import Fp8Settings, apply_fp8
 
 # (tokens, in_features, out_features): Llama 3.1 8B's MLP up and down projections, Llama 2 70B's

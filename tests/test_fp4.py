@@ -10,8 +10,8 @@ from torchao.prototype.mx_formats.kernels import f4_unpacked_to_f32, unpack_uint
 from torchao.prototype.mx_formats.mx_tensor import MXTensor
 from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
 
-from training.fp4 import Fp4Recipe, Fp4Settings, apply_fp4, formats, gemm
-from training.fp4.linear import Fp4Linear
+from training.fp4 import Fp4Settings, apply_fp4, formats, gemm
+from training.fp4.linear import Fp4Linear, Fp4Recipe
 from training.fp8 import Fp8Settings
 
 CPU = torch.device("cpu")

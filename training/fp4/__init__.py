@@ -33,14 +33,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from training.fp4 import gemm
-from training.fp4.linear import MXFP4, NVFP4, RECIPES, Fp4Linear, Fp4Recipe
+from training.fp4.choices import (
+    EMULATED,
+    HEALING_PRECISIONS,
+    MXFP4,
+    NVFP4,
+    RECIPES,
+    WARMUP_RECIPES,
+    describe_kernel,
+)
+from training.fp4.linear import Fp4Linear, Fp4Recipe
 from training.fp8 import Fp8, Fp8Settings, _swap_linears, amax_description, casts
 
-__all__ = ["MXFP4", "NVFP4", "RECIPES", "Fp4", "Fp4Recipe", "Fp4Settings", "apply_fp4"]
-
-HEALING_PRECISIONS = ("FP8_DS",)  # NVIDIA's MXFP8 healing has no counterpart here
-WARMUP_RECIPES = ("", "fp8_hybrid")  # AMD's: the synthetic warm-up in FP8 (HYBRID), then 4 bits
+# the settings' values, kept in `choices` for the config code
+__all__ = ["HEALING_PRECISIONS", "MXFP4", "NVFP4", "RECIPES", "WARMUP_RECIPES"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Fp4(Fp8):
     recipe's values), else "fp8"."""
 
     recipe: Fp4Recipe = field(default_factory=Fp4Recipe)
-    kernel: str = gemm.EMULATED
+    kernel: str = EMULATED
     healing_iter: int | None = None
     warmup_in_fp8: bool = False
     linears: list = field(default_factory=list, repr=False)
@@ -96,6 +102,8 @@ class Fp4(Fp8):
 
 
 def choose_kernel(requested: str, device: torch.device) -> str:
+    from training.fp4 import gemm
+
     if requested == "auto":
         return gemm.choose_kernel(device)
     if requested == gemm.SCALED_MM and gemm.choose_kernel(device) != gemm.SCALED_MM:
@@ -125,7 +133,8 @@ def apply_fp4(model: nn.Module, settings: Fp4Settings, fp8: Fp8Settings, device:
     if settings.healing_iter is not None:
         heal = f"heals to native FP8 delayed scaling ({amax_description(fp8)})"
         heal += f" after {settings.healing_iter} steps"
-    parts = [f"{settings.recipe.describe()}, GEMMs {gemm.describe(kernel)}", f"{swapped} linear layers", heal]
+    gemms = f"{settings.recipe.describe()}, GEMMs {describe_kernel(kernel)}"
+    parts = [gemms, f"{swapped} linear layers", heal]
     if settings.warmup_in_fp8:
         parts.append("synthetic warm-up in FP8")
     record = Fp4(

@@ -18,8 +18,7 @@ import torch
 from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, pack_uint4
 
 from training.fp4 import formats
-
-EMULATED, SCALED_MM = "emulated", "scaled_mm"
+from training.fp4.choices import EMULATED, SCALED_MM, describe_kernel
 
 
 def choose_kernel(device: torch.device) -> str:
@@ -30,10 +29,7 @@ def choose_kernel(device: torch.device) -> str:
     return SCALED_MM if torch.cuda.get_device_capability(device)[0] >= 10 else EMULATED
 
 
-def describe(kernel: str) -> str:
-    if kernel == EMULATED:
-        return "emulated (quantize, dequantize, float32 GEMM): for numerics, not speed"
-    return "torch._scaled_mm block-scaled FP4 GEMM (sm100)"
+describe = describe_kernel
 
 
 def mxfp4_gemm(a: torch.Tensor, b: torch.Tensor, hadamard: bool, kernel: str) -> torch.Tensor:

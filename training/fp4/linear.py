@@ -25,11 +25,15 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor import DTensor
 
-from training.fp4 import gemm
+from training.fp4.choices import MXFP4
 from training.fp8 import native
 
-MXFP4, NVFP4 = "mxfp4", "nvfp4"
-RECIPES = (MXFP4, NVFP4)
+
+def _gemm():
+    """`training.fp4.gemm`, imported at a 4-bit GEMM's first call (it imports torchao's mx_formats)."""
+    from training.fp4 import gemm
+
+    return gemm
 
 
 @dataclass(frozen=True)
@@ -56,22 +60,22 @@ class Fp4Recipe:
 
     def forward_gemm(self, x, w, kernel, generator=None):
         if self.format == MXFP4:
-            return gemm.mxfp4_gemm(x, w, self.mxfp4_hadamard, kernel)
-        return gemm.nvfp4_gemm(x, w, kernel, {}, {"two_d": self.nvfp4_2d})
+            return _gemm().mxfp4_gemm(x, w, self.mxfp4_hadamard, kernel)
+        return _gemm().nvfp4_gemm(x, w, kernel, {}, {"two_d": self.nvfp4_2d})
 
     def input_grad_gemm(self, g, w, kernel, generator=None):
         """dy @ W: the reduction along W's output features (W.t() quantized along them)."""
         if self.format == MXFP4:
-            return gemm.mxfp4_gemm(g, w.t(), self.mxfp4_hadamard, kernel)
+            return _gemm().mxfp4_gemm(g, w.t(), self.mxfp4_hadamard, kernel)
         grad = {"stochastic": self.nvfp4_stochastic}
-        return gemm.nvfp4_gemm(g, w.t(), kernel, grad, {"two_d": self.nvfp4_2d}, generator)
+        return _gemm().nvfp4_gemm(g, w.t(), kernel, grad, {"two_d": self.nvfp4_2d}, generator)
 
     def weight_grad_gemm(self, g, x, kernel, generator=None):
         """dy^T @ x: the reduction along the tokens."""
         if self.format == MXFP4:
-            return gemm.mxfp4_gemm(g.t(), x.t(), self.mxfp4_hadamard, kernel)
+            return _gemm().mxfp4_gemm(g.t(), x.t(), self.mxfp4_hadamard, kernel)
         grad = {"stochastic": self.nvfp4_stochastic, "rht": self.nvfp4_rht}
-        return gemm.nvfp4_gemm(g.t(), x.t(), kernel, grad, {"rht": self.nvfp4_rht}, generator)
+        return _gemm().nvfp4_gemm(g.t(), x.t(), kernel, grad, {"rht": self.nvfp4_rht}, generator)
 
 
 class _Fp4Matmul(torch.autograd.Function):

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.config import ConfigError, RunSettings, var
-from training.fp4 import HEALING_PRECISIONS, WARMUP_RECIPES, Fp4Recipe, Fp4Settings
+from training.fp4 import HEALING_PRECISIONS, WARMUP_RECIPES, Fp4Settings
 from training.fp4 import RECIPES as FP4_RECIPES
+from training.fp4.linear import Fp4Recipe
 from training.fp8 import Fp8Settings
 from training.llama.attention import ATTENTIONS
 from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
