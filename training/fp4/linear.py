@@ -142,6 +142,12 @@ class Fp4Linear(native.Fp8Linear):
             raise NotImplementedError(
                 "FP4 linears under tensor parallelism are not implemented: FP4=True needs TP=1"
             )
+        return self._fp4_forward(x)
+
+    @torch.compiler.disable
+    def _fp4_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The 4-bit GEMMs, left out of a compiled block (COMPILE=1): torchao's casts and the stochastic
+        rounding's generator run eagerly, as on the CPU where they are tested."""
         flat = x.reshape(-1, x.shape[-1])
         y = _Fp4Matmul.apply(flat, self.weight, self.bias, self.recipe, self.kernel, self.generator)
         return y.view(*x.shape[:-1], -1)
