@@ -20,16 +20,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
-from training.fp4 import Fp4Settings, apply_fp4
 from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
+
+if TYPE_CHECKING:
+    from training.fp4 import Fp4Settings
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,8 @@ def apply_features(
     dropout kernel is checked there). Returns what each feature did."""
     pipeline = apply_pp(model, mesh)
     if features.fp4 is not None:
+        from training.fp4 import apply_fp4  # (only FP4 runs import the 4-bit package)
+
         if mesh is not None and mesh["tp"].size() > 1:
             raise ValueError("FP4=True with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented here")
         healing = features.fp8 or Fp8Settings(backend="native")
