@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ class Run:
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
     evals: list[tuple[dict, float]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what makes the log damaged, each naming its line
+    keys: set[str] = field(default_factory=set)  # every key the log has
+    ruleset: str | None = None  # the round our trainer ran it under (its effective config beside the log)
 
     @property
     def damaged(self) -> bool:
@@ -75,7 +78,17 @@ def read_run(path: Path) -> Run:
             _read_record(run, record)
         except ValueError as err:
             run.problems.append(f"line {n}: {err}")
+    run.ruleset = recorded_ruleset(Path(path))
     return run
+
+
+def recorded_ruleset(log: Path) -> str | None:
+    """The `ruleset` of the effective config our launchers write beside a log (`<stem>.config.json`)."""
+    try:
+        ruleset = json.loads(log.with_name(f"{log.stem}.config.json").read_text()).get("ruleset")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ruleset if isinstance(ruleset, str) and ruleset else None
 
 
 def _read_record(run: Run, record) -> None:
@@ -83,6 +96,7 @@ def _read_record(run: Run, record) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise ValueError("not an MLLOG record (no key)")
     key, value, metadata = record["key"], record.get("value"), record.get("metadata") or {}
+    run.keys.add(key)
     if not isinstance(metadata, dict):
         raise ValueError(f"{key}: metadata {metadata!r} is not an object")
 
@@ -145,3 +159,16 @@ def find_logs(logdir: Path) -> list[Path]:
             if any(TOKEN in line for line in f):
                 found.append(path)
     return sorted(found, key=_natural_key)
+
+
+def in_progress(path: Path) -> bool:
+    """Whether a run is still writing the log `path`: the launchers hold a lock on each log (flock) for as
+    long as its run lasts, and the kernel drops it when the run's processes end, however they end."""
+    try:
+        with open(path, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: nothing tells a run in progress
+        return False
+    return False
