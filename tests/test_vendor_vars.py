@@ -67,19 +67,19 @@ def test_recompute_names_map_to_ours_and_what_is_not_implemented_is_refused_by_n
         LoraConfig.from_env({**LORA, "ACG": "full", "ACM": "uniform", "ACL": "4"})
 
 
-def test_fp4_trains_fp8_and_says_so():
-    """NVIDIA's _fp4 configs (FP4=True FP8=False): NVFP4 has no path here; the run trains FP8, the precision
-    of their FP8 configs of the same systems, and says so in the preflight, the log and the effective config
-    (`substitutions`), never as the submission's precision."""
-    cfg = LoraConfig.from_env({**LORA, "FP4": "True", "FP8": "False"})
-    assert cfg.fp8 and cfg.requested_precision() == "fp8"
+def test_fp4_trains_its_recipe():
+    """NVIDIA's _fp4 configs (FP4=True FP8=False, FP4_RECIPE=nvfp4) train their 4-bit recipe
+    (`training.fp4`), FP8 only after healing, and say that the GEMMs are emulated except on sm100; FP4 is
+    refused beside a precision that contradicts it."""
+    cfg = LoraConfig.from_env({**LORA, "FP4": "True", "FP8": "False", "FP4_RECIPE": "nvfp4"})
+    assert cfg.requested_precision() == "fp8" and cfg.fp4_settings().recipe.format == "nvfp4"
     (said,) = cfg.substitutions(8)
-    assert said.startswith("FP4=True: NVFP4 matmuls") and "not its precision" in said
+    assert said.startswith("FP4=True: the NVFP4 GEMMs run emulated") and "not speed" in said
     assert LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "FP4": "1"}).substitutions(8) == [said]
     with pytest.raises(ConfigError, match="FP4=True .* contradicts PRECISION=fp32"):
         LoraConfig.from_env({**LORA, "FP4": "True", "PRECISION": "fp32"})
     off = LoraConfig.from_env({**LORA, "FP4": "False", "FP8": "False"})
-    assert not off.fp8 and off.substitutions(8) == []
+    assert not off.fp8 and off.fp4_settings() is None
 
 
 def test_not_applicable_names_are_recorded_and_a_typo_is_still_refused(tmp_path):

@@ -7,9 +7,9 @@ blocks, fused kernels, ...) reach the target in as many samples as a plain refer
 It runs the benchmark's reduced-size configuration (its small default, `configs/<benchmark>/config_CPU_*.sh`,
 on the data its `prepare_data.sh --sample` writes) with `--seeds` seeds in two modes:
 - reference: bf16 on a GPU (fp32 on the CPU), eager, PyTorch's kernels (SDPA, PyTorch dropout, torch's
-  AdamW), FP8 off;
-- the mode: the mode variables of `--config` (only those: PRECISION, FP8*, COMPILE, ATTENTION,
-  ACTIVATION_CHECKPOINTING, ...; its sizes and batch are not this check's business), then each
+  AdamW), FP8 and FP4 off;
+- the mode: the mode variables of `--config` (only those: PRECISION, FP8*, FP4*, HEALING_*, COMPILE,
+  ATTENTION, ACTIVATION_CHECKPOINTING, ...; its sizes and batch are not this check's business), then each
   `--set NAME=VALUE`; what neither sets takes the benchmark's default, as in a real run.
 `--reduce NAME=VALUE` changes the reduced configuration of both (a shorter sequence, an easier target: the
 tests' tiny form).
@@ -54,8 +54,10 @@ MODE_VARIABLES = (
     "PRECISION", "FP8", "FP8_BACKEND", "FP8_RECIPE", "FP8_CASTS", "FP8_WEIGHTS", "FP8_PARAM_GATHER",
     "COMPILE", "COMPILE_MODE", "ATTENTION", "ACTIVATION_CHECKPOINTING", "ACL", "AC_KEEP_ATTENTION",
     "LORA_KERNEL", "ADAMW_IMPL", "RESIDUAL_DTYPE", "FP8_ATTENTION",
+    "FP4", "FP4_RECIPE", "HEALING_ITER", "HEALING_PRECISION", "WARMUP_RECIPE", "NVTE_MXFP4_USE_HADAMARD",
+    "NVTE_NVFP4_DISABLE_RHT", "NVTE_NVFP4_DISABLE_2D_QUANTIZATION", "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
 )  # fmt: skip
-REFERENCE = {"COMPILE": "0", "ATTENTION": "sdpa", "LORA_KERNEL": "pytorch", "ADAMW_IMPL": "torch",
+REFERENCE = {"COMPILE": "0", "ATTENTION": "sdpa", "LORA_KERNEL": "pytorch", "ADAMW_IMPL": "torch", "FP4": "0",
              "FP8_WEIGHTS": "0", "ACTIVATION_CHECKPOINTING": "0", "RESIDUAL_DTYPE": "fp32"}  # fmt: skip
 ALPHA = 0.05
 

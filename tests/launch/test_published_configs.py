@@ -8,7 +8,7 @@ logs, with their repository, commit and path), and so do its first two evaluatio
 
 None is refused. What runs here otherwise than the config says is said by the config's `substitutions` (the
 preflight and the trainer print it, the effective config records it), with the same recipe, and decided here:
-- FP4=True (NVIDIA's NVFP4 configs) trains FP8, said naming NVFP4: no NVFP4 path here.
+- FP4=True (NVIDIA's NVFP4 configs) runs its recipe with emulated 4-bit GEMMs except on sm100 GPUs, said.
 - NVIDIA's 8B at 128 nodes uses TP 2 x CP 4 together: run as CP 8 (the same data-parallel size, so the same
   global batch and recipe), said.
 - NVIDIA's LoRA with TP x PP x CP > 1 keeps its global batch: FSDP2 over every GPU, whole sequences per GPU
@@ -167,7 +167,7 @@ def test_a_published_config_runs_with_the_submissions_hyperparameters(staged, en
     substituted = " ".join(cfg.substitutions(world))
     tp, cp = (int(env.get(n, "1") or 1) for n in ("TENSOR_MODEL_PARALLEL", "CONTEXT_PARALLEL"))
     expected = {
-        "FP4=True: NVFP4 matmuls": env.get("FP4", "").lower() == "true",
+        "FP4=True: the NVFP4 GEMMs run emulated": env.get("FP4", "").lower() == "true",
         f"runs as CONTEXT_PARALLEL_SIZE={tp * cp}": bench == "llama31_8b" and tp > 1 and cp > 1,
         "here FSDP2 over the": bench == "llama2_70b_lora" and cfg.model_parallel() > 1,
     }

@@ -337,8 +337,9 @@ ROWS: list[VendorVar] = [
         ("llama31_8b",),
     ),
     *_na(
-        "NVFP4 settings, read with FP4=True only (FP4 trains FP8 here: the Llama configs' FP4)",
-        "FP4_RECIPE FP4_PARAM",
+        "NVIDIA's FP4 parameters (weights kept in NVFP4 between steps); here the 4-bit GEMMs quantize each "
+        "step's bf16 weight (training.fp4)",
+        "FP4_PARAM",
         LLAMA,
     ),
     *_na(
@@ -369,8 +370,9 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "NVIDIA's FP4 'healing' (a switch of precision after N steps); FP4 does not run here",
-        "HEALING_ITER HEALING_PRECISION WARMUP_HEALING RESET_CG_AFTER_HEALING",
+        "NVIDIA's healing of CUDA graphs and of its warm-up (no CUDA graphs here; the warm-up's precision is "
+        "WARMUP_RECIPE's)",
+        "WARMUP_HEALING RESET_CG_AFTER_HEALING",
         LLAMA,
     ),
     *_na(
@@ -772,8 +774,8 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "an FP4 setting; FP4 trains FP8 here (the config's FP4 says so)",
-        "NVTE_MXFP4_USE_HADAMARD WARMUP_RECIPE NVTE_FP4_LOG_GEMM_SHAPES",
+        "Transformer Engine's log of its FP4 GEMM shapes; the 4-bit GEMMs here are training.fp4's",
+        "NVTE_FP4_LOG_GEMM_SHAPES",
         LLAMA,
     ),
     *_na(
@@ -851,8 +853,7 @@ ROWS: list[VendorVar] = [
         "NVTE_NORM_FWD_USE_CUDNN NVTE_NORM_BWD_USE_CUDNN NVTE_TP_OVERLAP_TRAINING_ONLY "
         "NVTE_UB_ATOMIC_GEMM_RS_FC2 NVTE_UB_ATOMIC_GEMM_RS_PROJ NVTE_DPA_FP8_RECIPE NVTE_DPA_FP8_FORMAT "
         "NVTE_DPA_FP8DS_AMAX_ALGO NVTE_DPA_FP8DS_AMAX_HISTLEN NVTE_DPA_FP8DS_REDUCE_AMAX "
-        "NVTE_DPA_FP8CS_O_in_F16 NVTE_NVFP4_DISABLE_RHT NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING "
-        "NVTE_NVFP4_DISABLE_2D_QUANTIZATION NVTE_TORCH_COMPILE TE_UB_ATOMIC_GEMM_RS",
+        "NVTE_DPA_FP8CS_O_in_F16 NVTE_TORCH_COMPILE TE_UB_ATOMIC_GEMM_RS",
     ),
     *_library(
         "the CUDA / ROCm runtime's and its math libraries' (cuBLAS, cuDNN)",

@@ -74,6 +74,12 @@ class Fp8:
     forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     weights_changed: Callable[[nn.Module], None] = field(default=lambda model: None)
 
+    @property
+    def linear_precision(self) -> str:
+        """The lowest precision the blocks' linear GEMMs run in, by MLPerf's name: "fp8" where FP8 was
+        applied, "" where not (they compute in the compute dtype). `training.fp4.Fp4` says its recipe's."""
+        return "fp8" if self.backend != "off" else ""
+
 
 def choose_backend(requested: str) -> str:
     """The backend FP8_BACKEND=`requested` runs on this machine; ValueError naming why none can."""

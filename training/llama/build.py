@@ -128,6 +128,11 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     chosen. A model with LoRA adapters trains those only: its frozen base is kept in the compute dtype (no
     float32 master copy); any other keeps float32 master weights."""
     features = spec.features
+    if spec.fp8_weights and features.fp4 is not None:
+        raise ValueError(
+            "FP8_WEIGHTS=1 stores the base in e4m3, which the 4-bit GEMMs would quantize from: with FP4=True "
+            "set FP8_WEIGHTS=0"
+        )
     if spec.fp8_weights and mesh is not None:
         if mesh["tp"].size() > 1 or features.fp8 is None:
             raise ValueError("FP8_WEIGHTS=1 stores the frozen base as FP8 shards under FSDP2, with FP8 on "

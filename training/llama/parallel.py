@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -30,6 +31,9 @@ from training.common.disclosure import PRECISION_NAMES, Disclosure, dtype_name, 
 from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
+
+if TYPE_CHECKING:
+    from training.fp4 import Fp4Settings
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class Features:
     # FP8 for the blocks' linears. Its `gather_in_fp8` and `fuse_mlp` are asked for: taken where the layout
     # allows them (FP8 all-gathers where FSDP2 shards without tensor parallelism; fused MLPs without TP)
     fp8: Fp8Settings | None = None
+    # 4-bit GEMMs for the blocks' linears instead (`training.fp4`), healing into FP8 with `fp8`'s settings
+    fp4: Fp4Settings | None = None
     lora: LoraSettings | None = None
     activation_checkpointing: bool = False
     checkpoint_layers: int | None = None  # with activation checkpointing: the first this many blocks only
@@ -178,10 +184,11 @@ class Applied:
         return {name: getattr(self, name).description for name in self.FEATURES}
 
     def disclosure(self, layout: Parallelism, micro_batch_size: int) -> Disclosure:
-        """The run's 6.x disclosure as built: FP8 linears where FP8 was applied, attention in the compute
+        """The run's 6.x disclosure as built: the linears' lowest precision (`Fp8.linear_precision`: fp8, or
+        mxfp4 / nvfp4 where 4-bit GEMMs run, emulated too), attention in the compute
         dtype, and the collectives' lowest precision (one process has none: its gradients' float32)."""
         compute = PRECISION_NAMES["bf16" if self.precision == "fp8" else self.precision]
-        linear = "fp8" if self.fp8.backend != "off" else compute
+        linear = self.fp8.linear_precision or compute
         comm = self.collectives or "fp32"
         return Disclosure(linear, compute, comm, micro_batch_size, layout.tp, layout.pp, layout.cp)
 
@@ -197,7 +204,15 @@ def apply_features(
     `param_dtype`: FSDP2's compute copy of the parameters; `device`: where the model will run (LoRA's
     dropout kernel is checked there). Returns what each feature did."""
     pipeline = apply_pp(model, mesh)
-    fp8 = apply_fp8(model, _fp8_for_layout(features.fp8, mesh))
+    if features.fp4 is not None:
+        from training.fp4 import apply_fp4  # (only FP4 runs import the 4-bit package)
+
+        if mesh is not None and mesh["tp"].size() > 1:
+            raise ValueError("FP4=True with TENSOR_MODEL_PARALLEL_SIZE>1 is not implemented here")
+        healing = features.fp8 or Fp8Settings(backend="native")
+        fp8 = apply_fp4(model, features.fp4, healing, device or torch.device("cpu"))
+    else:
+        fp8 = apply_fp8(model, _fp8_for_layout(features.fp8, mesh))
     lora = apply_lora(model, features.lora, device)
     lora = Change(len(model.layers), lora) if features.lora is not None else OFF
     tensor = apply_tp(model, mesh)

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.config import ConfigError, RunSettings, var
+from training.fp4 import HEALING_PRECISIONS, WARMUP_RECIPES, Fp4Settings
+from training.fp4 import RECIPES as FP4_RECIPES
+from training.fp4.linear import Fp4Recipe
 from training.fp8 import Fp8Settings
 from training.llama.attention import ATTENTIONS
 from training.llama.build import FP8_MLP, AdamWSettings, RunSpec, StepSettings
@@ -57,8 +60,34 @@ class LlamaRunSettings(RunSettings):
     fp4: bool = var(
         "FP4",
         False,
-        help="NVIDIA's NVFP4 switch. NVFP4 matmuls are not implemented here: FP4=True trains FP8 (PRECISION="
-        "fp8) and the run says so",
+        help="True: the blocks' linears compute in 4 bits (FP4_RECIPE), emulated where the GPU has no FP4 "
+        "GEMM; needs PRECISION=fp8 or auto (FP8 heals it: HEALING_ITER)",
+    )
+    fp4_recipe: str = var("FP4_RECIPE", "nvfp4", help="mxfp4 (AMD's) | nvfp4 (NVIDIA's)")
+    healing_iter: int | None = var(
+        "HEALING_ITER",
+        None,
+        help="FP4: the optimizer steps run in 4 bits, then FP8 delayed scaling (HEALING_PRECISION); unset: "
+        "4 bits throughout",
+        bounds=">= 0",
+    )
+    healing_precision: str = var("HEALING_PRECISION", "FP8_DS", help="FP8_DS (FP8 delayed scaling)")
+    warmup_recipe: str = var(
+        "WARMUP_RECIPE", "", help="fp8_hybrid (FP4): the synthetic warm-up steps in FP8, then 4 bits"
+    )
+    mxfp4_use_hadamard: bool = var(
+        "NVTE_MXFP4_USE_HADAMARD", False, help="MXFP4: a 16-point Hadamard rotation before quantizing"
+    )
+    nvfp4_disable_rht: bool = var(
+        "NVTE_NVFP4_DISABLE_RHT", False, help="NVFP4: no random Hadamard transform of the wgrad operands"
+    )
+    nvfp4_disable_2d: bool = var(
+        "NVTE_NVFP4_DISABLE_2D_QUANTIZATION", False, help="NVFP4: weights in 16-blocks, not 16x16 tiles"
+    )
+    nvfp4_disable_sr: bool = var(
+        "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
+        False,
+        help="NVFP4: gradients rounded to nearest, not stochastically",
     )
     adamw_impl: str = var(
         "ADAMW_IMPL",
@@ -100,6 +129,7 @@ class LlamaRunSettings(RunSettings):
                               fast_accum=self.fp8_fast_accum)  # fmt: skip
         features = Features(
             fp8=fp8,
+            fp4=self.fp4_settings(),
             lora=lora,
             activation_checkpointing=self.activation_checkpointing,
             checkpoint_layers=checkpoint_layers,
@@ -120,18 +150,51 @@ class LlamaRunSettings(RunSettings):
         )
 
     def requested_precision(self) -> str:
-        """PRECISION with FP8=1 folded in, and FP4=1 as FP8 (`substitutions`)."""
+        """PRECISION with FP8=1 folded in; FP4=True runs its non-4-bit parts as PRECISION=fp8 does (bf16
+        compute, native FP8 for the healed linears)."""
         return "fp8" if self.fp4 else super().requested_precision()
 
     def substitutions(self, world_size: int) -> list[str]:
-        """FP4=True, as FP8: NVIDIA's NVFP4 recipe (Transformer Engine on Blackwell) has no counterpart here,
-        so its configs train in the precision of their FP8 siblings (same systems, same recipe), not in the
-        submission's."""
+        """FP4=True where the GPU has no 4-bit GEMM this toolkit calls (anything but sm100: H100, H200,
+        MI300X, MI355X, the CPU): the recipe's values through emulated GEMMs, for numerics, not speed."""
         if not self.fp4:
             return []
-        return ["FP4=True: NVFP4 matmuls (Transformer Engine's, on Blackwell) are not implemented here; this "
-                "run trains FP8 (PRECISION=fp8, e4m3 forward, e5m2 gradients), the precision of NVIDIA's FP8 "
-                "configs of the same systems: the submission's recipe, not its precision"]  # fmt: skip
+        line = (
+            f"FP4=True: the {self.fp4_recipe.upper()} GEMMs run emulated (quantize, dequantize, float32 "
+            "GEMM: the recipe's values, for numerics, not speed) except on sm100 GPUs (B200, B300), where "
+            "PyTorch's block-scaled FP4 GEMM runs; the run's fp8 backend line says which"
+        )
+        return [line]
+
+    def fp4_settings(self) -> Fp4Settings | None:
+        """The 4-bit recipe FP4=True asks for (None without it), the vendors' switches mapped one to one."""
+        if not self.fp4:
+            return None
+        recipe = Fp4Recipe(
+            self.fp4_recipe,
+            mxfp4_hadamard=self.mxfp4_use_hadamard,
+            nvfp4_rht=not self.nvfp4_disable_rht,
+            nvfp4_2d=not self.nvfp4_disable_2d,
+            nvfp4_stochastic=not self.nvfp4_disable_sr,
+        )
+        return Fp4Settings(recipe, self.healing_iter, self.warmup_recipe == "fp8_hybrid")
+
+    def fp4_problems(self) -> list[str]:
+        """The FP4 settings' values and combinations, each naming its variable."""
+        problems = [
+            f"{name}={value!r} is not one of {', '.join(choices)}"
+            for name, value, choices in (
+                ("FP4_RECIPE", self.fp4_recipe, FP4_RECIPES),
+                ("HEALING_PRECISION", self.healing_precision, HEALING_PRECISIONS),
+                ("WARMUP_RECIPE", self.warmup_recipe, WARMUP_RECIPES),
+            )
+            if value not in choices
+        ]
+        if self.fp4 and self.fp8_backend not in ("auto", "native"):
+            problems.append(
+                f"FP4=True heals into native FP8: FP8_BACKEND={self.fp8_backend} cannot (auto or native)"
+            )
+        return problems
 
     @property
     def fp8(self) -> bool:
@@ -149,7 +212,8 @@ class LlamaRunSettings(RunSettings):
             if value not in choices
         ]
         if self.fp4 and self.precision not in ("auto", "bf16", "fp8"):
-            problems.insert(0, f"FP4=True (trained as FP8 here) contradicts PRECISION={self.precision}")
+            problems.insert(0, f"FP4=True (bf16 around 4-bit GEMMs) contradicts PRECISION={self.precision}")
+        problems += self.fp4_problems()
         if self.fp8_mlp_activations and not (self.fp8 and self.fp8_backend in ("auto", "native")):
             problems.append("FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native (or auto: "
                             "native where the OCP FP8 formats run)")  # fmt: skip

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from training.common import dist
+from training.fp4 import Fp4
 from training.fp8 import Fp8, calibrate, reset_after_materialize
 from training.llama import parallel
 from training.llama.checkpointing import recompute_every_block
@@ -139,6 +140,22 @@ def train_step(
     return loss, grad_norm
 
 
+PRECISION_SWITCH = "precision_switch"  # the MLLOG key of a run's switch from 4 bits to FP8 (`heal_if_due`)
+
+
+def heal_if_due(step: Step, index: int) -> dict | None:
+    """Before optimizer step `index` (from 0) of a run with FP4 healing (HEALING_ITER): if this is the first
+    step to run in FP8, move the 4-bit linears to FP8 delayed scaling (their scales measured on this step's
+    batch first, `training.fp8.calibrate`) and return what the log records of the switch (the MLLOG
+    `precision_switch` event's value and step); else None."""
+    fp4 = step.fp8
+    if not isinstance(fp4, Fp4) or not fp4.heals_before(index):
+        return None
+    fp4.heal()
+    step.fp8_checked = False
+    return {"from": fp4.recipe.format, "to": "fp8", "step": index + 1}
+
+
 @torch.no_grad()
 def evaluate(step: Step, validation: torch.Tensor, dp_rank: int, micro_batch: int) -> float:
     """Mean next-token loss (the log-perplexity) over the labelled tokens of the validation rows
@@ -213,17 +230,20 @@ def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_siz
     if steps == 0:
         return
     accum = step.layout.grad_accum if step.schedule is not None else 1
-    for _ in range(steps):  # contiguous (MBS, seq) tokens, as the training batches
-        tokens = torch.randint(0, vocab_size, (micro_batch * accum, seq_length), device=step.device)
-        forward_backward(step, [(t, t) for t in tokens.chunk(accum)])
-    step.model.zero_grad(set_to_none=True)
-    step.model.eval()
-    with torch.no_grad(), step.autocast:  # the evaluation's forward and loss, compiled here too
-        if step.schedule is not None:
-            parallel.pipeline_step(step.schedule, step.mesh, tokens, tokens, [], train=False)
-        else:
-            with step.fp8.forward_context():
-                step.loss_fn(step.model(tokens), tokens, reduction="sum")
+    # FP4 with WARMUP_RECIPE=fp8_hybrid: these passes in FP8, the training in 4 bits
+    in_fp8 = step.fp8.fp8_for_warmup() if isinstance(step.fp8, Fp4) else contextlib.nullcontext()
+    with in_fp8:
+        for _ in range(steps):  # contiguous (MBS, seq) tokens, as the training batches
+            tokens = torch.randint(0, vocab_size, (micro_batch * accum, seq_length), device=step.device)
+            forward_backward(step, [(t, t) for t in tokens.chunk(accum)])
+        step.model.zero_grad(set_to_none=True)
+        step.model.eval()
+        with torch.no_grad(), step.autocast:  # the evaluation's forward and loss, compiled here too
+            if step.schedule is not None:
+                parallel.pipeline_step(step.schedule, step.mesh, tokens, tokens, [], train=False)
+            else:
+                with step.fp8.forward_context():
+                    step.loss_fn(step.model(tokens), tokens, reduction="sum")
     step.model.train()
     parallel.reshard(step.model)
     reset_after_materialize(step.model)

@@ -22,7 +22,7 @@ from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, StepResult
 from training.llama import parallel
 from training.llama.build import build_run
-from training.llama.step import evaluate_batches, train_step, warm_up
+from training.llama.step import PRECISION_SWITCH, evaluate_batches, heal_if_due, train_step, warm_up
 from training.llama2_70b_lora import data
 from training.llama2_70b_lora.config import (
     ADAMW_BETAS,
@@ -80,6 +80,9 @@ def main() -> outcome.Outcome:
     def one_step(index: int) -> StepResult:
         lr = cfg.learning_rate(index)
         micro = [data.micro_batch(train_rows, rows) for rows in sampler.step(index)]
+        if switch := heal_if_due(step, index):  # HEALING_ITER: 4 bits to FP8 from this step
+            run.mllog.event(PRECISION_SWITCH, switch, metadata={"samples_count": index * gbs})
+            run.say(f"step {index + 1}: FP4 healed, the linears compute in FP8 from here")
         loss, grad_norm = train_step(step, micro, lr)
         return StepResult(loss, lr, grad_norm)
 

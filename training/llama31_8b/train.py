@@ -21,7 +21,7 @@ from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, StepResult
 from training.llama import optim, parallel
 from training.llama.build import build_run
-from training.llama.step import evaluate, train_step, warm_up
+from training.llama.step import PRECISION_SWITCH, evaluate, heal_if_due, train_step, warm_up
 from training.llama31_8b import data
 from training.llama31_8b.config import (
     ADAMW_BETAS,
@@ -75,6 +75,9 @@ def main() -> outcome.Outcome:
 
         def one_step(index: int) -> StepResult:
             lr = optim.cosine_with_warmup(index, cfg.max_lr, cfg.warmup_steps, cfg.max_steps, cfg.end_lr())
+            if switch := heal_if_due(step, index):  # HEALING_ITER: 4 bits to FP8 from this step
+                run.mllog.event(PRECISION_SWITCH, switch, metadata={"samples_count": index * cfg.gbs})
+                run.say(f"step {index + 1}: FP4 healed, the linears compute in FP8 from here")
             loss, grad_norm = train_step(step, [next(batches) for _ in range(par.grad_accum)], lr)
             return StepResult(loss, lr, grad_norm)
 
