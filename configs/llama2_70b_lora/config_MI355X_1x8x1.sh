@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 MI355X: AMD's MLPerf Training v6.0 values (its Primus config_MI355X_1x8x1.sh:
 # v6.0 changed LR from 0.0004 to 0.0006 and MAX_STEPS from 1024 to 550). AMD's v6.0 trains MXFP4 with an FP8
-# "healing" from step 340 (FP4=True HEALING_ITER=340), which runs as FP8 here.
+# "healing" from step 340; FP4=True FP4_RECIPE=mxfp4 HEALING_ITER=340 runs that recipe here with emulated
+# 4-bit GEMMs (for numerics, not speed: no ROCm 4-bit GEMM here), so this config trains FP8.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

@@ -2,7 +2,8 @@
 # AMD's MLPerf Training v6.0 Llama 3.1 8B values for 1 node x 8 MI350X (its Primus config_MI350X_1x8x1.sh and
 # llama3.1_8B-pretrain-fp4.yaml; the name keeps AMD's "x1" although the micro-batch is 2). GBS 32 on 8 GPUs:
 # 2 micro-batches of 2 per GPU per step. v6.0 changed the warm-up from 128 to 64 steps; AMD's v6.0 trains
-# MXFP4 (FP4=true), which runs as FP8 here.
+# MXFP4 (FP4=true); FP4=true FP4_RECIPE=mxfp4 runs that recipe here with emulated 4-bit GEMMs (for
+# numerics, not speed: no ROCm 4-bit GEMM here), so this config trains FP8.
 # Only MAX_LR (and the platform) differ from the MI355X config, as in AMD's submission.
 # Source it, then: export CONT=... DATADIR=/data/mlperf_llama31_8b/data LOGDIR=./results NEXP=10
 # and bash run_with_docker.sh
