@@ -386,7 +386,10 @@ run_trial() { # run_trial K TAG SEED: host tuning, cache drop, one timed run; pr
     echo "WARNING: could not drop the page cache (${DROPCACHE_CMD} needs root or passwordless sudo):" \
       "CLEAR_CACHES=0 for this run" >&2
   fi
-  run_training "RUN_TAG=$2" "SEED=$3" "CLEAR_CACHES=${cleared}" -- bash training/run_and_time.sh
+  local run_env=("RUN_TAG=$2" "SEED=$3" "CLEAR_CACHES=${cleared}" "CONFIG_FILENAME=${_config_file##*/}")
+  # a round chosen in this shell rather than in the config file (MLLOG and the checks follow it)
+  if [[ -n ${MLPERF_RULESET:-} ]]; then run_env+=("MLPERF_RULESET=${MLPERF_RULESET}"); fi
+  run_training "${run_env[@]}" -- bash training/run_and_time.sh
 }
 
 # Put back, on every node, each setting runtime_tunables.sh changed (it keeps their first values): at the end

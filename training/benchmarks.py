@@ -28,13 +28,24 @@ class Benchmark:
     name: str  # MLPerf's `submission_benchmark`, and BENCHMARK in the configs
     title: str
     package: str  # the Python package: config, preflight, data, (model, build, step,) train
-    ruleset: str  # the last MLPerf Training round that has this benchmark
+    rulesets: tuple[str, ...]  # the MLPerf Training rounds that have this benchmark, oldest first
     target: float  # the official quality target on `eval_accuracy`
     higher_is_better: bool
     samples_key: str  # eval_accuracy metadata key counting samples to converge (the RCP checker reads it)
     runs: int  # runs an official score needs
     data_verifier: str  # `python -m <this> DATADIR`: the fast check of the prepared data (exit 0: fine)
     prepare: str  # the data preparation script, relative to the repository root
+
+    @property
+    def ruleset(self) -> str:
+        """The ruleset of new runs: the latest round of this benchmark (MLPERF_RULESET picks another)."""
+        return self.rulesets[-1]
+
+    def ruleset_problem(self, ruleset: str) -> str | None:
+        """Why `ruleset` cannot score this benchmark, naming the rounds that can; None if it can."""
+        if ruleset in self.rulesets:
+            return None
+        return f"{self.name} is in rounds {', '.join(self.rulesets)}, not {ruleset}"
 
     @property
     def entry(self) -> str:
@@ -50,21 +61,26 @@ class Benchmark:
         return math.isclose(target, self.target, rel_tol=1e-9)
 
 
+# BERT's rounds with the rules of phase 2 on packed data, as mlperf-logging ships them; 5.0 was its last.
+BERT_ROUNDS = ("3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0")
+
 BENCHMARKS = {
     b.name: b
     for b in (
         Benchmark(
-            "bert", "BERT-Large phase 2 (packed Wikipedia)", "training.bert", "5.0.0", 0.720, True,
+            "bert", "BERT-Large phase 2 (packed Wikipedia)", "training.bert", BERT_ROUNDS, 0.720, True,
             "epoch_num", 10, "input_preprocessing.bert.verify", "input_preprocessing/bert/prepare_data.sh",
         ),
         Benchmark(
-            "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", "5.1.0", 3.3, False,
+            "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", ("5.1.0", "6.0.0", "6.1.0"),
+            3.3, False,
             "samples_count", 10, "input_preprocessing.llama31_8b.verify",
             "input_preprocessing/llama31_8b/prepare_data.sh",
         ),
         Benchmark(
             "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "training.llama2_70b_lora",
-            "5.1.0", 0.925, False, "samples_count", 10, "input_preprocessing.llama2_70b_lora.verify",
+            ("4.0.0", "4.1.0", "5.0.0", "5.1.0", "6.0.0", "6.1.0"), 0.925, False, "samples_count", 10,
+            "input_preprocessing.llama2_70b_lora.verify",
             "input_preprocessing/llama2_70b_lora/prepare_data.sh",
         ),
     )
@@ -92,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"training.benchmarks: {err}", file=sys.stderr)
             return 2
-        fields = {f.name for f in dataclasses.fields(Benchmark)} | {"entry", "preflight"}
+        fields = {f.name for f in dataclasses.fields(Benchmark)} | {"entry", "preflight", "ruleset"}
         if args.field not in fields:
             print(f"training.benchmarks: no field {args.field!r}; fields: {', '.join(sorted(fields))}",
                   file=sys.stderr)  # fmt: skip
@@ -101,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for b in BENCHMARKS.values():
         op = ">=" if b.higher_is_better else "<="
-        print(f"{b.name:<16} {b.title}: eval_accuracy {op} {b.target} (ruleset {b.ruleset}), {b.package}")
+        rounds = f"rulesets {b.rulesets[0]} to {b.ruleset}, new runs {b.ruleset}"
+        print(f"{b.name:<16} {b.title}: eval_accuracy {op} {b.target} ({rounds}), {b.package}")
     return 0
 
 

@@ -121,9 +121,13 @@ class RunSettings:
     ruleset: str | None = var(
         "MLPERF_RULESET",
         None,
-        help="when set, must be the ruleset the benchmark table scores this benchmark by",
+        help="the MLPerf round whose rules the run follows and is checked by (e.g. 5.1.0); unset: the latest "
+        "round of the benchmark",
     )
     system: str = var("DGXSYSTEM", "unknown", help="derived from the config file name")
+    config_filename: str | None = var(
+        "CONFIG_FILENAME", None, help="set by the launcher: the name of the config file sourced (MLLOG's)"
+    )
     num_nodes: int = var("DGXNNODES", 1, bounds="> 0")
     gpus_per_node: int = var("DGXNGPU", 1, bounds="> 0")
     precision: str = var(
@@ -213,12 +217,13 @@ class RunSettings:
         if self.fp8_switch is False and self.precision == "fp8":
             problems.append("FP8=0 contradicts PRECISION=fp8")
         bench = self.BENCHMARK
-        if self.ruleset and bench and self.ruleset != bench.ruleset:
-            problems.append(
-                f"MLPERF_RULESET={self.ruleset}: {bench.name} is scored under ruleset "
-                f"{bench.ruleset} here (training/benchmarks.py); unset it or set it to that"
-            )
+        if self.ruleset and bench and (why := bench.ruleset_problem(self.ruleset)):
+            problems.append(f"MLPERF_RULESET={self.ruleset}: {why}; unset it for {bench.ruleset}")
         return problems
+
+    def effective_ruleset(self) -> str | None:
+        """The round the run follows: MLPERF_RULESET, else its benchmark's latest."""
+        return self.ruleset or (self.BENCHMARK.ruleset if self.BENCHMARK else None)
 
     def scale_problems(self, world_size: int | None = None) -> list[str]:
         """The arithmetic of a config derived for another machine: the <NODES>x<GPUS>x<BATCH> of its name

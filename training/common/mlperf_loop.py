@@ -4,7 +4,8 @@ its evaluation (the score on the eval set) and its schedule; it logs its own hyp
 
     seed = dist.run_seed(cfg.seed, info.device)
     run = MLPerfRun(BENCHMARK, cfg, info, seed, "llama")   # cache_clear, init_start, submission, seed
-    ... hyperparameters (run.mllog), model, optimizer, run.log_backends(...), run.write_config(...), warm-up
+    ... hyperparameters (run.mllog), model, optimizer, run.log_backends(...), run.log_disclosure(...),
+    run.write_config(...), warm-up
     return run.train(schedule, start_training, evaluate, target)   # init_stop, run_start ... run_stop
 
 `train` is the timed part. init_stop once every rank is ready, run_start, and only then the benchmark's
@@ -43,6 +44,7 @@ import torch
 from training.common import backends, dist, outcome, vendor_vars
 from training.common.config import RunSettings, write_effective_config
 from training.common.console import SAMPLE_LIMIT
+from training.common.disclosure import Disclosure
 from training.common.mllog import MLLogger, constants
 
 
@@ -100,6 +102,10 @@ class MLPerfRun:
             self.mllog.event(f"backend_{key}", value, depth=1)  # the line names the benchmark's call
             self.say(f"{self.prog}: {key}: {value}")
 
+    def log_disclosure(self, disclosure: Disclosure) -> None:
+        """The 6.x disclosure keys, from what the build did (`training.common.disclosure`)."""
+        self.mllog.hyperparameters(disclosure.keys(self.cfg.config_filename), depth=1)
+
     def write_config(self, extra: dict) -> None:
         """LOGDIR/<RUN_TAG>.config.json (rank 0, when the runner set both): the effective config, `extra`
         (derived values, the backends chosen), the seed, and this machine's versions and libraries."""
@@ -110,8 +116,14 @@ class MLPerfRun:
         for line in substitutions:
             self.say(f"{self.prog}: runs otherwise than its config: {line}")
         if cfg.logdir and cfg.run_tag and self.info.is_main:
-            extra = {"seed": self.seed, **extra, "substitutions": substitutions,
-                     "versions": backends.versions(), "available": backends.available()}  # fmt: skip
+            extra = {
+                "seed": self.seed,
+                "ruleset": cfg.effective_ruleset(),
+                **extra,
+                "substitutions": substitutions,
+                "versions": backends.versions(),
+                "available": backends.available(),
+            }
             write_effective_config(cfg, cfg.logdir / f"{cfg.run_tag}.config.json", extra)
 
     def train(

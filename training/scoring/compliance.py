@@ -10,6 +10,7 @@ The checker's output goes to `<log stem>.compliance.txt` next to the log; the ex
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import shutil
 import sys
@@ -32,7 +33,7 @@ def check_compliance(
     log = Path(log)
     run = read_run(log)
     rules = BENCHMARKS.get(run.benchmark)
-    ruleset = ruleset or (rules.ruleset if rules else None)
+    ruleset = ruleset or run.ruleset or (rules.ruleset if rules else None)
     if ruleset is None:
         raise ValueError(
             f"{log}: submission_benchmark {run.benchmark!r} has no default ruleset; pass --ruleset"
@@ -51,11 +52,29 @@ def check_compliance(
                 f"of training_{ruleset} whose closed_{rules.name}.yaml has {substituted} !!!"
             )
         ok, lines = _run_checker(log, ruleset, config)
+    if not ok:
+        messages += misnamed_keys(run.keys, ruleset)
     messages += lines
     messages.append(f"{'SUCCESS' if ok else 'FAILED'}: {log} (training_{ruleset})")
     if write_report:
         log.with_name(f"{log.stem}.compliance.txt").write_text("\n".join(messages) + "\n")
     return ok, messages
+
+
+def misnamed_keys(keys: set[str], ruleset: str) -> list[str]:
+    """An error for each key the ruleset's common rules require that the log lacks while it has a near
+    spelling of it (AMD's `lowest_numerical_precision_linear` for `lowest_numerical_precision_in_linear`)."""
+    rules = (RULES_ROOT / f"training_{ruleset}" / "common.yaml").read_text()
+    required = re.findall(r"NAME:\s+(\w+)\s+REQ:\s+EXACTLY_ONE", rules)
+    found = []
+    for key in required:
+        if key in keys:
+            continue
+        close = difflib.get_close_matches(key, sorted(keys - set(required)), n=1, cutoff=0.85)
+        if close:
+            why = f"the log has {close[0]!r} where training_{ruleset} requires {key!r} (a misnamed key)"
+            found.append(f"ERROR: {why}")
+    return found
 
 
 def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float,

@@ -28,6 +28,8 @@ class Run:
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
     evals: list[tuple[dict, float]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what makes the log damaged, each naming its line
+    keys: set[str] = field(default_factory=set)  # every key the log has
+    ruleset: str | None = None  # the round our trainer ran it under (its effective config beside the log)
 
     @property
     def damaged(self) -> bool:
@@ -75,7 +77,17 @@ def read_run(path: Path) -> Run:
             _read_record(run, record)
         except ValueError as err:
             run.problems.append(f"line {n}: {err}")
+    run.ruleset = recorded_ruleset(Path(path))
     return run
+
+
+def recorded_ruleset(log: Path) -> str | None:
+    """The `ruleset` of the effective config our launchers write beside a log (`<stem>.config.json`)."""
+    try:
+        ruleset = json.loads(log.with_name(f"{log.stem}.config.json").read_text()).get("ruleset")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ruleset if isinstance(ruleset, str) and ruleset else None
 
 
 def _read_record(run: Run, record) -> None:
@@ -83,6 +95,7 @@ def _read_record(run: Run, record) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise ValueError("not an MLLOG record (no key)")
     key, value, metadata = record["key"], record.get("value"), record.get("metadata") or {}
+    run.keys.add(key)
     if not isinstance(metadata, dict):
         raise ValueError(f"{key}: metadata {metadata!r} is not an object")
 

@@ -124,8 +124,13 @@ def score_logdir(
         raise ValueError(f"{logdir}: no MLPerf logs (*.txt or *.log files with :::MLLOG lines)")
     runs = [read_run(path) for path in logs]
     rules = rules_for(_benchmark_of(runs, logdir), logdir)
-    chosen = choose_ruleset(rules.name, rules.ruleset, ruleset,
-                            [run.run_start_ms for run in runs if run.run_start_ms is not None])  # fmt: skip
+    chosen = choose_ruleset(
+        rules.name,
+        rules.ruleset,
+        ruleset,
+        [run.run_start_ms for run in runs if run.run_start_ms is not None],
+        [run.ruleset for run in runs if run.ruleset],
+    )
     ruleset = chosen.ruleset
     if not (RULES_ROOT / f"training_{ruleset}").is_dir():
         raise ValueError(f"--ruleset {ruleset}: mlperf_logging has no training ruleset {ruleset!r}")
