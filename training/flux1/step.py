@@ -118,9 +118,9 @@ def eval_loss_sum(model: nn.Module, batch: Batch, draws: Draws) -> torch.Tensor:
 
 def lr_at(step: int, base_lr: float, warmup_steps: int) -> float:
     """torchtitan's linear warm-up then constant LR (decay_ratio 0): step `step` (from 0) trains at
-    base x (step + 1) / warmup during the warm-up, base afterwards."""
+    base x ((step + 1) / warmup) during the warm-up (LambdaLR's product), base afterwards."""
     if step < warmup_steps:
-        return base_lr * (step + 1) / warmup_steps
+        return base_lr * ((step + 1) / warmup_steps)
     return base_lr
 
 
