@@ -35,10 +35,16 @@ def schema():
     import pyarrow as pa
 
     features = {name: {"dtype": "binary", "_type": "Value"} for name in TENSORS}
-    features = {"__key__": {"dtype": "string", "_type": "Value"}, **features,
-                "timestep": {"dtype": "int32", "_type": "Value"}}  # fmt: skip
-    fields = [pa.field("__key__", pa.string()), *(pa.field(n, pa.binary()) for n in TENSORS),
-              pa.field("timestep", pa.int32())]  # fmt: skip
+    features = {
+        "__key__": {"dtype": "string", "_type": "Value"},
+        **features,
+        "timestep": {"dtype": "int32", "_type": "Value"},
+    }
+    fields = [
+        pa.field("__key__", pa.string()),
+        *(pa.field(n, pa.binary()) for n in TENSORS),
+        pa.field("timestep", pa.int32()),
+    ]
     return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": features}})}), features
 
 
@@ -73,9 +79,15 @@ def write_split(folder: Path, rows: list[dict], rows_per_file: int = 10_000) -> 
             writer.write_table(table)
     info = {"citation": "", "description": "", "features": features, "homepage": "", "license": ""}
     (folder / "dataset_info.json").write_text(json.dumps(info, indent=2) + "\n")
-    state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": folder.name,
-             "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
-             "_output_all_columns": False, "_split": None}  # fmt: skip
+    state = {
+        "_data_files": [{"filename": n} for n in names],
+        "_fingerprint": folder.name,
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
     (folder / "state.json").write_text(json.dumps(state, indent=2) + "\n")
 
 

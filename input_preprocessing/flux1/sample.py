@@ -36,7 +36,7 @@ def make_sample(
     outputdir: Path,
     train_rows: int = 4096,
     valid_rows: int = 512,
-    captions: int = 16,
+    captions: int = 8,
     text_length: int = 16,
     text_width: int = 64,
     latent_side: int = 8,
@@ -44,7 +44,9 @@ def make_sample(
 ) -> dict:
     """Write `cc12m_preprocessed/`, `coco_preprocessed/` and `empty_encodings/` under `outputdir`."""
     if valid_rows % layout.EVAL_TIMESTEPS:
-        raise ValueError(f"--valid-rows {valid_rows}: a multiple of {layout.EVAL_TIMESTEPS} (each timestep equally)")
+        raise ValueError(
+            f"--valid-rows {valid_rows}: a multiple of {layout.EVAL_TIMESTEPS} (each timestep equally)"
+        )
     if latent_side % 2:
         raise ValueError(f"--latent-side {latent_side}: even (the transformer takes 2x2 patches)")
     g = torch.Generator().manual_seed(seed)
@@ -57,24 +59,32 @@ def make_sample(
         out = []
         for i in range(n):
             c = int(torch.randint(captions, (1,), generator=g))
-            picture = pictures[c] + PICTURE_NOISE * smooth(torch.randn(1, LATENT_CHANNELS, 2, 2, generator=g),
-                                                           latent_side)[0]  # fmt: skip
-            out.append({
-                "__key__": f"{prefix}{i:09d}",
-                "t5_encodings": t5[c] + CAPTION_NOISE * torch.randn(t5[c].shape, generator=g),
-                "clip_encodings": clip[c] + CAPTION_NOISE * torch.randn(clip[c].shape, generator=g),
-                "mean": SHIFT + picture / SCALE,
-                "logvar": logvar,
-                "timestep": i % layout.EVAL_TIMESTEPS if tag_timesteps else None,
-            })  # fmt: skip
+            picture = (
+                pictures[c]
+                + PICTURE_NOISE * smooth(torch.randn(1, LATENT_CHANNELS, 2, 2, generator=g), latent_side)[0]
+            )
+            out.append(
+                {
+                    "__key__": f"{prefix}{i:09d}",
+                    "t5_encodings": t5[c] + CAPTION_NOISE * torch.randn(t5[c].shape, generator=g),
+                    "clip_encodings": clip[c] + CAPTION_NOISE * torch.randn(clip[c].shape, generator=g),
+                    "mean": SHIFT + picture / SCALE,
+                    "logvar": logvar,
+                    "timestep": i % layout.EVAL_TIMESTEPS if tag_timesteps else None,
+                }
+            )
         return out
 
     layout.write_split(outputdir / layout.TRAIN, rows(train_rows, False, "train"))
     layout.write_split(outputdir / layout.VALID, rows(valid_rows, True, "val"))
     empty_t5 = torch.randn(text_length, text_width, generator=g)
     layout.write_empty(outputdir / layout.EMPTY, empty_t5, torch.randn(text_width, generator=g))
-    return {"train_rows": train_rows, "valid_rows": valid_rows, "t5": [text_length, text_width],
-            "latent": [LATENT_CHANNELS, latent_side, latent_side]}  # fmt: skip
+    return {
+        "train_rows": train_rows,
+        "valid_rows": valid_rows,
+        "t5": [text_length, text_width],
+        "latent": [LATENT_CHANNELS, latent_side, latent_side],
+    }
 
 
 def smooth(grid: torch.Tensor, side: int) -> torch.Tensor:
@@ -84,20 +94,31 @@ def smooth(grid: torch.Tensor, side: int) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m input_preprocessing.flux1.sample", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m input_preprocessing.flux1.sample",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--outputdir", type=Path, required=True)
     parser.add_argument("--train-rows", type=int, default=4096)
     parser.add_argument("--valid-rows", type=int, default=512)
-    parser.add_argument("--captions", type=int, default=16)
+    parser.add_argument("--captions", type=int, default=8)
     parser.add_argument("--text-length", type=int, default=16)
     parser.add_argument("--text-width", type=int, default=64)
     parser.add_argument("--latent-side", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
     try:
-        made = make_sample(args.outputdir.resolve(), args.train_rows, args.valid_rows, args.captions,
-                           args.text_length, args.text_width, args.latent_side, args.seed)  # fmt: skip
+        made = make_sample(
+            args.outputdir.resolve(),
+            args.train_rows,
+            args.valid_rows,
+            args.captions,
+            args.text_length,
+            args.text_width,
+            args.latent_side,
+            args.seed,
+        )
     except ValueError as err:
         print(f"sample: error: {err}", file=sys.stderr)
         return 2

@@ -16,8 +16,16 @@ import torch.nn.functional as F
 from training.flux1.model import FluxShape, build_model
 from training.flux1.step import Batch, Draws, eval_loss_sum, lr_at, train_loss
 
-SHAPE = FluxShape(double_layers=1, single_layers=1, num_heads=2, head_dim=16, axes_dims_rope=(4, 6, 6),
-                  text_width=24, pooled_width=20, latent_channels=4)  # fmt: skip
+SHAPE = FluxShape(
+    double_layers=1,
+    single_layers=1,
+    num_heads=2,
+    head_dim=16,
+    axes_dims_rope=(4, 6, 6),
+    text_width=24,
+    pooled_width=20,
+    latent_channels=4,
+)
 
 
 # ---- the reference, transcribed ----
@@ -47,7 +55,9 @@ def ref_position_encoding(bsz, lh, lw):  # utils.create_position_encoding_for_la
     return pe.view(1, h * w, 3).repeat(bsz, 1, 1)
 
 
-def ref_labels(mean, logvar, eps):  # autoencoder_utils.generate_unscaled_latent_from_mean_logvar, then train.py
+def ref_labels(
+    mean, logvar, eps
+):  # autoencoder_utils.generate_unscaled_latent_from_mean_logvar, then train.py
     z = mean + torch.exp(0.5 * logvar) * eps
     return (z - 0.1159) * 0.3611
 
@@ -59,16 +69,27 @@ def ref_forward(model, labels, noise, timesteps, t5, clip):
     bsz, _, lh, lw = latents.shape
     img_ids = ref_position_encoding(bsz, lh, lw)
     txt_ids = torch.zeros(bsz, t5.shape[1], 3)
-    out = model(hidden_states=ref_pack_latents(latents), encoder_hidden_states=t5, pooled_projections=clip,
-                timestep=timesteps, img_ids=img_ids[0], txt_ids=txt_ids[0], return_dict=False)[0]  # fmt: skip
+    out = model(
+        hidden_states=ref_pack_latents(latents),
+        encoder_hidden_states=t5,
+        pooled_projections=clip,
+        timestep=timesteps,
+        img_ids=img_ids[0],
+        txt_ids=txt_ids[0],
+        return_dict=False,
+    )[0]
     return ref_unpack_latents(out, lh, lw), noise - labels
 
 
 def batch(n: int, seed: int = 0, timesteps: bool = False) -> Batch:
     g = torch.Generator().manual_seed(seed)
-    return Batch(torch.randn(n, 6, 24, generator=g), torch.randn(n, 20, generator=g),
-                 2 * torch.randn(n, 4, 8, 8, generator=g), -4 + torch.randn(n, 4, 8, 8, generator=g),
-                 torch.arange(n) % 8 if timesteps else None)  # fmt: skip
+    return Batch(
+        torch.randn(n, 6, 24, generator=g),
+        torch.randn(n, 20, generator=g),
+        2 * torch.randn(n, 4, 8, 8, generator=g),
+        -4 + torch.randn(n, 4, 8, 8, generator=g),
+        torch.arange(n) % 8 if timesteps else None,
+    )
 
 
 def model():
@@ -111,6 +132,7 @@ def test_validation_loss_is_the_references():
 
 def test_lr_schedule_is_torchtitans():
     """components/lr_scheduler.py: linear warm-up (0-indexed step, + 1), then stable (decay_ratio 0)."""
+
     def titan(step, warmup):
         return (step + 1) / warmup if step < warmup else 1.0
 
@@ -126,8 +148,13 @@ def test_init_is_dits_on_the_fused_matrices():
     torch.manual_seed(0)
     shape = SHAPE.replace(num_heads=4)  # hidden 64: thousands of draws per matrix
     m, h = build_model(shape), shape.hidden
-    zero = [m.norm_out.linear, m.proj_out, m.transformer_blocks[0].norm1.linear,
-            m.transformer_blocks[0].norm1_context.linear, m.single_transformer_blocks[0].norm.linear]  # fmt: skip
+    zero = [
+        m.norm_out.linear,
+        m.proj_out,
+        m.transformer_blocks[0].norm1.linear,
+        m.transformer_blocks[0].norm1_context.linear,
+        m.single_transformer_blocks[0].norm.linear,
+    ]
     assert all(not layer.weight.any() and not layer.bias.any() for layer in zero)
 
     def near_bound(w, fan_in, fan_out):  # max |w| of >= 4096 uniform draws lies within 1 % of the bound
@@ -135,7 +162,9 @@ def test_init_is_dits_on_the_fused_matrices():
         return 0.99 * bound < w.abs().max().item() <= bound
 
     double, single = m.transformer_blocks[0], m.single_transformer_blocks[0]
-    assert near_bound(double.attn.to_q.weight, h, 3 * h) and near_bound(double.attn.add_v_proj.weight, h, 3 * h)
+    assert near_bound(double.attn.to_q.weight, h, 3 * h) and near_bound(
+        double.attn.add_v_proj.weight, h, 3 * h
+    )
     assert near_bound(single.attn.to_k.weight, h, 7 * h) and near_bound(single.proj_mlp.weight, h, 7 * h)
     assert near_bound(single.proj_out.weight, 5 * h, h) and near_bound(double.ff.net[0].proj.weight, h, 4 * h)
     std = m.time_text_embed.timestep_embedder.linear_1.weight.std().item()

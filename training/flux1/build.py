@@ -99,16 +99,33 @@ def build_step(shape: FluxShape, features: Features, optim: Optim, info: dist.Di
         init_weights(model)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, eps=optim.eps,
-                                  weight_decay=optim.weight_decay, fused=on_gpu, foreach=not on_gpu)  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=optim.lr,
+        betas=optim.betas,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        fused=on_gpu,
+        foreach=not on_gpu,
+    )
     autocast = None
     if compute == torch.bfloat16 and info.world_size == 1:
         autocast = torch.autocast(info.device.type, torch.bfloat16)
-    step = Step(model, optimizer, params, compute, autocast or contextlib.nullcontext(),
-                Draws(seed + 1 + info.rank, info.device), Draws(seed + 1_000_003 + info.rank, info.device),
-                optim.clip_norm, info.device)  # fmt: skip
+    step = Step(
+        model,
+        optimizer,
+        params,
+        compute,
+        autocast or contextlib.nullcontext(),
+        Draws(seed + 1 + info.rank, info.device),
+        Draws(seed + 1_000_003 + info.rank, info.device),
+        optim.clip_norm,
+        info.device,
+    )
     n = sum(p.numel() for p in params)
-    applied["model"] = (f"diffusers FluxTransformer2DModel, {n / 1e6:.2f} M parameters ({shape.double_layers} "
-                        f"double, {shape.single_layers} single blocks, hidden {shape.hidden})")  # fmt: skip
+    applied["model"] = (
+        f"diffusers FluxTransformer2DModel, {n / 1e6:.2f} M parameters ({shape.double_layers} "
+        f"double, {shape.single_layers} single blocks, hidden {shape.hidden})"
+    )
     applied["optimizer"] = f"AdamW ({'fused' if on_gpu else 'foreach'}), decay on every parameter"
     return step, applied

@@ -54,21 +54,35 @@ class FluxConfig(RunSettings):
         help=f"the step limit; -1 (AMD's): the reference config's {REFERENCE_MAX_STEPS}",
         bounds=">= -1",
     )
-    eval_every: int = var("EVAL_EVERY", OFFICIAL["eval_every"], help="samples between evaluations", bounds="> 0")
-    eval_samples: int = var("EVAL_SAMPLES", OFFICIAL["eval_samples"], help="the first N COCO rows", bounds="> 0")
-    eval_batch_size: int | None = var("EVAL_MBS", None, help="validation images per GPU per forward (MBS)",
-                                      bounds="> 0")  # fmt: skip
-    target: float = var("TARGET_ACCURACY", OFFICIAL["target"], help="validation loss to reach",
-                        aliases=("TARGET",), bounds="> 0")  # fmt: skip
+    eval_every: int = var(
+        "EVAL_EVERY", OFFICIAL["eval_every"], help="samples between evaluations", bounds="> 0"
+    )
+    eval_samples: int = var(
+        "EVAL_SAMPLES", OFFICIAL["eval_samples"], help="the first N COCO rows", bounds="> 0"
+    )
+    eval_batch_size: int | None = var(
+        "EVAL_MBS", None, help="validation images per GPU per forward (MBS)", bounds="> 0"
+    )
+    target: float = var(
+        "TARGET_ACCURACY",
+        OFFICIAL["target"],
+        help="validation loss to reach",
+        aliases=("TARGET",),
+        bounds="> 0",
+    )
     model_size: str = var("MODEL_SIZE", "schnell", help="preset: " + " | ".join(PRESETS))
     double_layers: int | None = var("NUM_DOUBLE_LAYERS", None, help="override the preset", bounds="> 0")
     single_layers: int | None = var("NUM_SINGLE_LAYERS", None, help="override the preset", bounds=">= 0")
     activation_checkpointing: bool = var(
         "ACTIVATION_CHECKPOINTING", False, help="recompute every block in the backward (the reference: full)"
     )
-    compile: bool = var("COMPILE_DIT", False, help="torch.compile each block (AMD's name)", aliases=("COMPILE",))
+    compile: bool = var(
+        "COMPILE_DIT", False, help="torch.compile each block (AMD's name)", aliases=("COMPILE",)
+    )
     fp8_recipe: str | None = var(
-        "FP8_RECIPE", None, help="AMD's FP8 recipe (delayed: Transformer Engine); FP8 is not built for flux1 here"
+        "FP8_RECIPE",
+        None,
+        help="AMD's FP8 recipe (delayed: Transformer Engine); FP8 is not built for flux1 here",
     )
 
     def __post_init__(self):
@@ -84,19 +98,24 @@ class FluxConfig(RunSettings):
 
     def model_shape(self, data_shapes: dict[str, tuple[int, ...]] | None = None) -> FluxShape:
         """The preset with the overrides; the input widths from the data's tensors when given."""
-        shape = PRESETS[self.model_size].replace(double_layers=self.double_layers, single_layers=self.single_layers)
+        shape = PRESETS[self.model_size].replace(
+            double_layers=self.double_layers, single_layers=self.single_layers
+        )
         if data_shapes:
-            shape = shape.replace(text_width=data_shapes["t5_encodings"][-1],
-                                  pooled_width=data_shapes["clip_encodings"][-1],
-                                  latent_channels=data_shapes["mean"][0])  # fmt: skip
+            shape = shape.replace(
+                text_width=data_shapes["t5_encodings"][-1],
+                pooled_width=data_shapes["clip_encodings"][-1],
+                latent_channels=data_shapes["mean"][0],
+            )
         return shape
 
     def grad_accum(self, world_size: int) -> int:
         """Micro-batches per rank per optimizer step (ConfigError where BATCHSIZE does not split)."""
         per_step = self.micro_batch_size * world_size
         if self.gbs % per_step:
-            raise ConfigError(f"BATCHSIZE={self.gbs} is not a multiple of MBS={self.micro_batch_size} x "
-                              f"{world_size} ranks")  # fmt: skip
+            raise ConfigError(
+                f"BATCHSIZE={self.gbs} is not a multiple of MBS={self.micro_batch_size} x {world_size} ranks"
+            )
         return self.gbs // per_step
 
     def step_limit(self) -> int:
@@ -117,21 +136,28 @@ class FluxConfig(RunSettings):
     def no_evaluation(self, world_size: int) -> str | None:
         if self.schedule().evaluates():
             return None
-        return (f"no evaluation scheduled: flux1 evaluates every ceil(EVAL_EVERY / BATCHSIZE) = "
-                f"{self.eval_interval_steps()} steps, past MAX_STEPS={self.step_limit()}: set MAX_STEPS >= "
-                f"{self.eval_interval_steps()} or EVAL_EVERY <= {self.step_limit() * self.gbs}")  # fmt: skip
+        return (
+            f"no evaluation scheduled: flux1 evaluates every ceil(EVAL_EVERY / BATCHSIZE) = "
+            f"{self.eval_interval_steps()} steps, past MAX_STEPS={self.step_limit()}: set MAX_STEPS >= "
+            f"{self.eval_interval_steps()} or EVAL_EVERY <= {self.step_limit() * self.gbs}"
+        )
 
     def substitutions(self, world_size: int) -> list[str]:
         out = super().substitutions(world_size)
         if self.fp8_recipe:
-            out.append(f"FP8_RECIPE={self.fp8_recipe} (AMD's FP8 matmuls through Transformer Engine) runs in "
-                       "BF16: FP8 is not built for flux1 here; the recipe is otherwise the config's")  # fmt: skip
+            out.append(
+                f"FP8_RECIPE={self.fp8_recipe} (AMD's FP8 matmuls through Transformer Engine) runs in "
+                "BF16: FP8 is not built for flux1 here; the recipe is otherwise the config's"
+            )
         return out
 
     def deviations(self) -> list[str]:
         """Settings that make this run something other than the MLPerf benchmark."""
-        out = [f"{name.upper()}={getattr(self, name)} (MLPerf: {value})"
-               for name, value in OFFICIAL.items() if getattr(self, name) != value]  # fmt: skip
+        out = [
+            f"{name.upper()}={getattr(self, name)} (MLPerf: {value})"
+            for name, value in OFFICIAL.items()
+            if getattr(self, name) != value
+        ]
         if self.model_shape() != PRESETS["schnell"]:
             out.append(f"MODEL_SIZE={self.model_size} with overrides (MLPerf: Flux.1-schnell)")
         if self.is_cpu_demo:

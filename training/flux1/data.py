@@ -92,12 +92,15 @@ class EncodedImages:
 
     def batch(self, rows: list[int], timesteps: bool = False) -> Batch:
         """The rows' tensors stacked, and with `timesteps` (validation) their timestep indices."""
-        stacked = {c: torch.stack([tensor_from_npy(self.columns[c][r].as_py()) for r in rows]) for c in COLUMNS}
+        stacked = {
+            c: torch.stack([tensor_from_npy(self.columns[c][r].as_py()) for r in rows]) for c in COLUMNS
+        }
         timestep = None
         if timesteps:
             timestep = torch.tensor([self.columns["timestep"][r].as_py() for r in rows], dtype=torch.int64)
-        return Batch(stacked["t5_encodings"], stacked["clip_encodings"], stacked["mean"], stacked["logvar"],
-                     timestep)  # fmt: skip
+        return Batch(
+            stacked["t5_encodings"], stacked["clip_encodings"], stacked["mean"], stacked["logvar"], timestep
+        )
 
 
 def share(n: int, ranks: int, rank: int) -> range:
@@ -124,8 +127,15 @@ class TrainStream:
     of `micro_batch` consecutive rows (across the end of the share as across any other row); each sample
     carries the empty caption instead of its own with probability 0.1, drawn from the rank's generator."""
 
-    def __init__(self, data: EncodedImages, empty: tuple[torch.Tensor, torch.Tensor], micro_batch: int,
-                 ranks: int, rank: int, seed: int):  # fmt: skip
+    def __init__(
+        self,
+        data: EncodedImages,
+        empty: tuple[torch.Tensor, torch.Tensor],
+        micro_batch: int,
+        ranks: int,
+        rank: int,
+        seed: int,
+    ):
         self.data, self.micro_batch = data, micro_batch
         self.rows = share(len(data), ranks, rank)
         if len(self.rows) == 0:
@@ -148,7 +158,9 @@ class TrainStream:
         return batch
 
 
-def validation_batches(data: EncodedImages, samples: int, batch_size: int, ranks: int, rank: int) -> list[Batch]:
+def validation_batches(
+    data: EncodedImages, samples: int, batch_size: int, ranks: int, rank: int
+) -> list[Batch]:
     """A rank's share of the first `samples` validation rows, in micro-batches of `batch_size` (the last may
     be smaller), read once and kept (every evaluation reads the same)."""
     if "timestep" not in data.columns:

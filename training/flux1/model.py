@@ -55,7 +55,9 @@ class FluxShape:
     def problems(self) -> list[str]:
         out = []
         if sum(self.axes_dims_rope) != self.head_dim:
-            out.append(f"the rotary axes {self.axes_dims_rope} must add up to the head dimension {self.head_dim}")
+            out.append(
+                f"the rotary axes {self.axes_dims_rope} must add up to the head dimension {self.head_dim}"
+            )
         if any(d % 2 for d in self.axes_dims_rope):
             out.append(f"the rotary axes {self.axes_dims_rope} must each be even")
         return out
@@ -183,7 +185,9 @@ def unpack_latents(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
 def image_ids(height: int, width: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """[(h/2)(w/2), 3]: each image token's (0, row, column)."""
     rows, cols = torch.meshgrid(
-        torch.arange(height // PATCH, device=device), torch.arange(width // PATCH, device=device), indexing="ij"
+        torch.arange(height // PATCH, device=device),
+        torch.arange(width // PATCH, device=device),
+        indexing="ij",
     )
     return torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).flatten(0, 1).float()
 

@@ -26,8 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.common import dist
-from training.flux1.model import AUTOENCODER_SCALE, AUTOENCODER_SHIFT, image_ids, pack_latents, text_ids
-from training.flux1.model import unpack_latents
+from training.flux1.model import (
+    AUTOENCODER_SCALE,
+    AUTOENCODER_SHIFT,
+    image_ids,
+    pack_latents,
+    text_ids,
+    unpack_latents,
+)
 
 EVAL_TIMESTEPS = 8  # validation times t = 0/8 ... 7/8
 

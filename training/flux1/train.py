@@ -1,4 +1,5 @@
-"""Flux.1 text-to-image pretraining on CC12M embeddings, MLPerf Training rules: `torchrun -m training.flux1.train`.
+"""Flux.1 text-to-image pretraining on CC12M embeddings, MLPerf Training rules:
+`torchrun -m training.flux1.train`.
 
 Setup: the data is opened (memory-mapped) and its tensor shapes read before `init_start`; the transformer is
 built, initialized from the seed and wrapped between init_start and init_stop. The timed run trains from
@@ -53,20 +54,33 @@ def main() -> outcome.Outcome:
     features = Features(precision, cfg.activation_checkpointing, cfg.compile)
     optim = Optim(cfg.lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, GRAD_CLIP_NORM)
     step, applied = build_step(shape, features, optim, info, seed)
-    chosen = {"platform": backends.platform_name(), "precision": precision,
-              "attention": "SDPA (diffusers' FluxAttnProcessor)", **applied}  # fmt: skip
+    chosen = {
+        "platform": backends.platform_name(),
+        "precision": precision,
+        "attention": "SDPA (diffusers' FluxAttnProcessor)",
+        **applied,
+    }
     run.log_backends(chosen)
     run.log_disclosure(disclosure(precision, info.world_size, cfg.micro_batch_size))
-    run.write_config({"world_size": info.world_size, "gradient_accumulation_steps": accum,
-                      "backends": chosen, "deviations": cfg.deviations(), "model_shape": str(shape)})  # fmt: skip
+    run.write_config(
+        {
+            "world_size": info.world_size,
+            "gradient_accumulation_steps": accum,
+            "backends": chosen,
+            "deviations": cfg.deviations(),
+            "model_shape": str(shape),
+        }
+    )
     eval_batch = cfg.eval_batch_size or cfg.micro_batch_size
     # read once, at the first evaluation
-    validation = functools.cache(lambda: data.validation_batches(
-        valid_set, cfg.eval_samples, eval_batch, info.world_size, info.rank))  # fmt: skip
+    validation = functools.cache(
+        lambda: data.validation_batches(valid_set, cfg.eval_samples, eval_batch, info.world_size, info.rank)
+    )
 
     def start_training():
-        stream = data.TrainStream(train_set, empty, cfg.micro_batch_size, info.world_size, info.rank,
-                                  seed + 7919 * (info.rank + 1))  # fmt: skip
+        stream = data.TrainStream(
+            train_set, empty, cfg.micro_batch_size, info.world_size, info.rank, seed + 7919 * (info.rank + 1)
+        )
 
         def one_step(index: int) -> StepResult:
             lr = lr_at(index, cfg.lr, cfg.warmup_steps)
@@ -75,8 +89,13 @@ def main() -> outcome.Outcome:
 
         return one_step
 
-    return run.train(cfg.schedule(), start_training, lambda: evaluate(step, validation()), cfg.target,
-                     metric="validation loss")  # fmt: skip
+    return run.train(
+        cfg.schedule(),
+        start_training,
+        lambda: evaluate(step, validation()),
+        cfg.target,
+        metric="validation loss",
+    )
 
 
 def disclosure(precision: str, world_size: int, micro_batch_size: int) -> Disclosure:
