@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The small default: Flux.1's MMDiT at toy size (one double and two single blocks, hidden 64) on the made-up
 # captioned-image sample in the published layout, one CPU process. Its validation loss falls from about 2 (a
-# model that predicts nothing) to its target 0.7 in a few hundred steps (about a minute on 2 cores). A demo
+# model that predicts nothing) to its target 0.7 in a few hundred steps (minutes on 2 cores). A demo
 # of the whole pipeline, NOT an MLPerf result (CPU_DEMO=1, the sample, the target; the log says so). Prepare
 # its data once with
 #   ./input_preprocessing/flux1/prepare_data.sh --outputdir /data/flux_demo --sample
@@ -18,7 +18,7 @@ export CPU_DEMO=1 PRECISION=fp32 LOG_FREQ=100
 export OMP_NUM_THREADS=1
 export MODEL_SIZE=tiny
 # The reference's recipe (AdamW 0.9/0.95, decay 0.1, clip 1, linear warm-up then a constant LR) at a batch
-# of 16 and the LR the toy model learns fastest at of those tried (1e-3, 3e-3).
+# of 16 and an LR for the toy model's size.
 export BATCHSIZE=16 MBS=16 LEARNING_RATE=3e-3 WARMUP_STEPS=50 MAX_STEPS=1500
 # An evaluation every 100 steps on the whole 512-row sample validation set (64 rows per timestep).
 export EVAL_EVERY=1600 EVAL_SAMPLES=512 TARGET_ACCURACY=0.7
