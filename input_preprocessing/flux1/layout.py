@@ -9,8 +9,10 @@ verifier). What the reference's `preprocess_flux_dataset.py` and `save_empty_enc
 - `empty_encodings/t5_empty.npy` and `clip_empty.npy`: the empty caption's T5 and pooled CLIP encodings,
   float16, with a leading batch dimension of 1.
 
-Written with pyarrow directly (not `datasets`, which the toolkit does not otherwise need); the files are
-byte-for-byte what `datasets` reads back with `load_from_disk`, schema metadata included.
+Written with pyarrow directly (not `datasets`, which the toolkit does not otherwise need; torch only where
+tensors are written, so the verifier reads without it), in the layout `save_to_disk` writes, schema
+metadata included (`datasets` is not installed where the tests run, so its `load_from_disk` is not tried on
+them there).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
 TRAIN, VALID, EMPTY = "cc12m_preprocessed", "coco_preprocessed", "empty_encodings"
 TENSORS = ("t5_encodings", "clip_encodings", "mean", "logvar")
@@ -48,18 +49,21 @@ def schema():
     return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": features}})}), features
 
 
-def npy_bytes(tensor: torch.Tensor) -> bytes:
+def npy_bytes(tensor) -> bytes:
     """A tensor as the published files store it: its bfloat16 bits as uint16, `np.save`d."""
+    import torch
+
     buffer = io.BytesIO()
     np.save(buffer, tensor.to(torch.bfloat16).contiguous().view(torch.uint16).numpy())
     return buffer.getvalue()
 
 
-def npy_tensor(blob: bytes) -> torch.Tensor:
+def npy_shape(blob: bytes) -> tuple[int, ...]:
+    """A stored tensor's shape (its bfloat16 bits as uint16, else a ValueError naming what it holds)."""
     array = np.load(io.BytesIO(blob))
     if array.dtype != np.uint16:
         raise ValueError(f"expected bfloat16 bits stored as uint16, found {array.dtype}")
-    return torch.from_numpy(array).view(torch.bfloat16)
+    return array.shape
 
 
 def write_split(folder: Path, rows: list[dict], rows_per_file: int = 10_000) -> None:
@@ -106,7 +110,10 @@ def read_split(folder: Path):
     return pa.concat_tables(tables)
 
 
-def write_empty(folder: Path, t5: torch.Tensor, clip: torch.Tensor) -> None:
+def write_empty(folder: Path, t5, clip) -> None:
+    """The empty caption's T5 [T, D] and pooled CLIP [P] encodings, as float16 with a batch dimension."""
+    import torch
+
     folder.mkdir(parents=True, exist_ok=True)
     for name, tensor in zip(EMPTY_FILES, (t5, clip)):
         np.save(folder / name, tensor[None].to(torch.float16).numpy())

@@ -42,7 +42,7 @@ def split_problems(folder: Path, validation: bool) -> tuple[list[str], dict | No
     problems, shapes = [], None
     for row in sorted({0, table.num_rows - 1}):
         try:
-            got = {c: tuple(layout.npy_tensor(table.column(c)[row].as_py()).shape) for c in layout.TENSORS}
+            got = {c: layout.npy_shape(table.column(c)[row].as_py()) for c in layout.TENSORS}
         except (ValueError, TypeError) as err:
             problems.append(f"{folder}: row {row} does not decode ({err})")
             continue
