@@ -261,6 +261,9 @@ load_config() {
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
   [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
+  if [[ -z ${MODEL:-} && -n ${MODELDIR:-} ]]; then # AMD's v6.0 8B README exports MODELDIR
+    MODEL=${MODELDIR} && echo "MODEL=${MODEL}: from MODELDIR, the README's name for it"
+  fi
   [[ -z ${MODEL:-} || -d ${MODEL} ]] || die "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
   [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"

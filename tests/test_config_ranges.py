@@ -90,9 +90,15 @@ def test_a_prefixed_name_close_to_a_known_one_is_refused():
     BertConfig.from_env(BASES[BertConfig], config_vars=["TORCH_BLAS_PREFER_HIPBLASLT", "NCCL_IB_HCA"])
 
 
-@pytest.mark.parametrize("cls, ruleset", [(BertConfig, "5.0.0"), (LlamaPretrainConfig, "5.1.0"),
-                                          (LoraConfig, "5.1.0")])  # fmt: skip
-def test_mlperf_ruleset_must_be_the_benchmarks(cls, ruleset):
-    assert make(cls, MLPERF_RULESET=ruleset).ruleset == ruleset
-    with pytest.raises(ConfigError, match=rf"MLPERF_RULESET=4.1.0: .*ruleset {ruleset}"):
-        make(cls, MLPERF_RULESET="4.1.0")
+@pytest.mark.parametrize(
+    "cls, latest, earlier, absent",
+    [(BertConfig, "5.0.0", "4.1.0", "5.1.0"), (LlamaPretrainConfig, "6.1.0", "5.1.0", "5.0.0"),
+     (LoraConfig, "6.1.0", "4.0.0", "3.1.0")],
+)  # fmt: skip
+def test_mlperf_ruleset_is_one_of_the_benchmarks_rounds(cls, latest, earlier, absent):
+    assert make(cls).effective_ruleset() == latest
+    assert make(cls, MLPERF_RULESET=earlier).effective_ruleset() == earlier
+    with pytest.raises(
+        ConfigError, match=rf"MLPERF_RULESET={absent}: .* not {absent}; unset it for {latest}"
+    ):
+        make(cls, MLPERF_RULESET=absent)

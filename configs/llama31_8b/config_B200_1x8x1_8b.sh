@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # NVIDIA-style Llama 3.1 8B values for 1 node x 8 B200: GBS 16, LR 4e-4, 16 warm-up steps (NVIDIA's v5.1
-# 8-GPU configs, config_common_8b.sh; MLPerf's GBS 16 RCP). NVIDIA runs micro-batch 2 with Transformer Engine;
+# 8-GPU configs, config_common_8b.sh, unchanged in its v6.0 partners' NeMo 26.04 configs; MLPerf's GBS 16 RCP). NVIDIA runs micro-batch 2 with Transformer Engine;
 # here micro-batch 1 with 2 accumulation steps keeps the PyTorch-native path inside the memory.
 # Source it, then: export CONT=... DATADIR=/data/mlperf_llama31_8b/data LOGDIR=./results NEXP=10
 # and bash run_with_docker.sh

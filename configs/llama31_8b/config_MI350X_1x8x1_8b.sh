@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# AMD's MLPerf Training v5.1 Llama 3.1 8B values for 1 node x 8 MI350X (AMD's config_MI350X_1x8x1_8b.sh; the
-# name keeps AMD's "x1" although the micro-batch is 2). GBS 32 on 8 GPUs: 2 micro-batches of 2 per GPU
-# per step.
+# AMD's MLPerf Training v6.0 Llama 3.1 8B values for 1 node x 8 MI350X (its Primus config_MI350X_1x8x1.sh and
+# llama3.1_8B-pretrain-fp4.yaml; the name keeps AMD's "x1" although the micro-batch is 2). GBS 32 on 8 GPUs:
+# 2 micro-batches of 2 per GPU per step. v6.0 changed the warm-up from 128 to 64 steps; AMD's v6.0 trains
+# MXFP4 (FP4=true), which runs as FP8 here.
 # Only MAX_LR (and the platform) differ from the MI355X config, as in AMD's submission.
 # Source it, then: export CONT=... DATADIR=/data/mlperf_llama31_8b/data LOGDIR=./results NEXP=10
 # and bash run_with_docker.sh
@@ -11,7 +12,7 @@ CONFIG_FILE=$(readlink -f "${BASH_SOURCE[0]}")
 DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=8 WALLTIME=210
-export GBS=32 MBS=2 MAX_LR=1e-3 WARMUP_STEPS=128
+export GBS=32 MBS=2 MAX_LR=1e-3 WARMUP_STEPS=64
 export MAX_STEPS=1200000 EVAL_EVERY=12288 START_EVAL_AT=0 EVAL_SAMPLES=1024 TARGET=3.3
 # No sample limit, as AMD's and NVIDIA's runs: a run ends at TARGET or after MAX_STEPS. To bound a run that
 # does not converge, set MAX_SAMPLES_TERMINATION (not theirs; the data order does not depend on it).

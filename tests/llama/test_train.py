@@ -13,6 +13,7 @@ import pytest
 
 from tests.llama.helpers import ROOT, subprocess_env
 from tests.llama.test_data import nemo_train_dataset
+from training.common.disclosure import Disclosure
 
 CONFIG = ROOT / "configs" / "llama31_8b" / "config_CPU_1x1x1_8b.sh"
 # the CPU default, shortened: 64-token sequences, an evaluation every 32 steps
@@ -115,6 +116,14 @@ def test_cpu_default_converges_and_its_log_passes_the_checker(tmp_path, demo_dat
     ok, lines = check_compliance(log, write_report=False)
     assert ok, "\n".join(lines)
     assert "NOT A VALID MLPerf RESULT" in lines[0] and "replaced by `v['value'] == 64`" in lines[0]
+    # the latest round by default, with its disclosure as built: float32 on one CPU process
+    assert effective["ruleset"] == "6.1.0" and lines[-1].endswith("(training_6.1.0)")
+    disclosed = {k: logged[k] for k in Disclosure("fp32", "fp32", "fp32", 1).keys(None)}
+    assert disclosed == Disclosure("fp32", "fp32", "fp32", logged["micro_batch_size"]).keys(None)
+    assert logged["micro_batch_size"] == 4  # GBS 8 in 2 micro-batches
+    # the same log is a 5.1 log too: 5.1's rules ignore the disclosure keys
+    ok, lines = check_compliance(log, "5.1.0", write_report=False)
+    assert ok and lines[-1].endswith("(training_5.1.0)"), "\n".join(lines)
 
 
 def test_not_converging_ends_aborted(tmp_path, demo_data):

@@ -49,3 +49,13 @@ def test_cpu_default_end_to_end(tmp_path):
              if '"eval_accuracy"' in line]  # fmt: skip
     assert first[0]["value"] > 5.75 and first[-1]["value"] <= 5.68
     assert "NOT A VALID MLPerf RESULT" in (logdir / "summary.md").read_text()
+    # no ruleset set: the current round's, its disclosure keys as built (one CPU process, float32)
+    assert summary["ruleset"] == "6.1.0" and effective["ruleset"] == "6.1.0"
+    assert "(training_6.1.0)" in logs[0].with_suffix(".compliance.txt").read_text()
+    lines = [
+        line.split(":::MLLOG ", 1)[1] for line in logs[0].read_text().splitlines() if ":::MLLOG " in line
+    ]
+    records = [json.loads(line) for line in lines]
+    logged = {r["key"]: r["value"] for r in records}
+    assert logged["config_filename"] == "config_CPU_1x1x1.sh"
+    assert [logged[f"lowest_numerical_precision_in_{k}"] for k in ("linear", "attn", "comm")] == ["fp32"] * 3

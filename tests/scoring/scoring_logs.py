@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "mlperf_results"
-T0 = 1_767_225_600_000  # ms: 2026-01-01, after the last round of each benchmark: new runs (rounds.py)
+T0 = 1_793_491_200_000  # ms: 2026-11-01, after the last round of each benchmark: new runs (rounds.py)
 
 
 def mllog_line(key, value=None, time_ms=T0, metadata=None, event_type="POINT_IN_TIME"):

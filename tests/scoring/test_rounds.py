@@ -29,12 +29,14 @@ def ms(day: str) -> float:
         ("bert", ["2025-06-01"], "5.0.0", False, "new runs (the last on 2025-06-01, after bert's last round"),
         ("llama2_70b_lora", ["2025-05-01"], "5.0.0", True, "first round of llama2_70b_lora after it;"),
         ("llama31_8b", ["2025-05-01"], "5.1.0", True, "round 5.1 (published 2025-11-05)"),
-        ("llama31_8b", ["2026-01-01"], "5.1.0", False, "llama31_8b's ruleset for new runs"),
-        ("llama31_8b", [], "5.1.0", True, "no run_start in the logs to date them"),
+        ("llama31_8b", ["2026-01-01"], "6.0.0", True, "round 6.0 (published 2026-06-16)"),
+        ("llama2_70b_lora", ["2026-05-15"], "6.0.0", True, "first round of llama2_70b_lora after it;"),
+        ("llama31_8b", ["2026-11-01"], "6.1.0", False, "llama31_8b's ruleset for new runs"),
+        ("llama31_8b", [], "6.1.0", True, "no run_start in the logs to date them"),
     ],
 )
 def test_ruleset_from_the_run_dates(benchmark, days, ruleset, guessed, said):
-    default = {"bert": "5.0.0"}.get(benchmark, "5.1.0")
+    default = {"bert": "5.0.0"}.get(benchmark, "6.1.0")
     chosen = choose_ruleset(benchmark, default, None, [ms(day) for day in days])
     assert (chosen.ruleset, chosen.guessed) == (ruleset, guessed) and said in chosen.why, chosen.why
     assert choose_ruleset(benchmark, default, "4.1.0", [ms(d) for d in days]).ruleset == "4.1.0"
@@ -54,6 +56,14 @@ def test_no_public_set_here_is_dated_after_its_round():
         runs = [read_run(log) for log in find_logs(folder)]
         guess = choose_ruleset(runs[0].benchmark, "x", None, [r.run_start_ms for r in runs])
         assert guess.guessed and order(guess.ruleset) <= order(published[round_].ruleset), (folder, guess)
+
+
+def test_the_ruleset_our_trainer_recorded_wins_over_the_dates():
+    recorded = choose_ruleset("llama31_8b", "6.1.0", None, [ms("2025-05-01")], ["5.1.0"])
+    assert (recorded.ruleset, recorded.guessed) == ("5.1.0", False) and "recorded" in recorded.why
+    assert choose_ruleset("llama31_8b", "6.1.0", "6.0.0", [], ["5.1.0"]).ruleset == "6.0.0"  # --ruleset wins
+    with pytest.raises(ValueError, match=r"different rulesets \(5.1.0, 6.1.0\)"):
+        choose_ruleset("llama31_8b", "6.1.0", None, [], ["6.1.0", "5.1.0"])
 
 
 def test_a_wrong_ruleset_is_one_clear_error(tmp_path, capsys):
@@ -185,5 +195,5 @@ def test_new_runs_of_our_own_are_not_guessed(tmp_path):
     write_log(tmp_path / "result_0.txt", bert_log_lines())
     s = score_logdir(tmp_path)
     assert (s["ruleset"], s["ruleset_guessed"], s["division"]) == ("5.0.0", False, "closed")
-    assert s["ruleset_source"].startswith("new runs (the last on 2026-01-01, after bert's last round here")
+    assert s["ruleset_source"].startswith("new runs (the last on 2026-11-01, after bert's last round here")
     assert s["division_source"].startswith("from the logs' submission_division")

@@ -5,6 +5,7 @@ import pytest
 
 from tests.scoring.scoring_logs import RESULTS, bert_log_lines, mllog_line, write_log
 from training.scoring.__main__ import main
+from training.scoring.compliance import RULES_ROOT
 from training.scoring.rules import BENCHMARKS, MLPERF_LOGGING_VERSION
 from training.scoring.runs import find_logs
 from training.scoring.score import olympic_mean, score_logdir
@@ -76,10 +77,14 @@ def test_rules_pinned():
         (r.name, r.ruleset, r.target, r.higher_is_better, r.samples_key, r.runs) for r in BENCHMARKS.values()
     } == {
         ("bert", "5.0.0", 0.720, True, "epoch_num", 10),
-        ("llama31_8b", "5.1.0", 3.3, False, "samples_count", 10),
-        ("llama2_70b_lora", "5.1.0", 0.925, False, "samples_count", 10),
+        ("llama31_8b", "6.1.0", 3.3, False, "samples_count", 10),
+        ("llama2_70b_lora", "6.1.0", 0.925, False, "samples_count", 10),
         ("flux1", "6.1.0", 0.586, False, "samples_count", 10),
     }
+    # every round listed has the benchmark's rules in the pinned mlperf-logging
+    for b in BENCHMARKS.values():
+        for ruleset in b.rulesets:
+            assert (RULES_ROOT / f"training_{ruleset}" / f"closed_{b.name}.yaml").is_file(), (b.name, ruleset)
 
 
 def test_olympic_mean():
@@ -164,7 +169,7 @@ def test_llama_samples_unit(tmp_path):
         tmp_path / "result_0.txt", bert_log_lines(benchmark="llama2_70b_lora", evals=evals, minutes=10.0)
     )
     s = score_logdir(tmp_path)
-    assert s["benchmark"] == "llama2_70b_lora" and s["ruleset"] == "5.1.0"
+    assert s["benchmark"] == "llama2_70b_lora" and s["ruleset"] == "6.1.0"
     assert s["runs"][0]["samples_to_converge"] == 3456 and s["runs"][0]["last_eval_accuracy"] == 0.92
 
 

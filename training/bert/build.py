@@ -17,6 +17,7 @@ from training.bert.config import BertConfig
 from training.bert.model import BertForPackedPretraining, BertShape, FeedForward, load_pretrained
 from training.common import dist
 from training.common.config import ConfigError
+from training.common.disclosure import Disclosure
 from training.fp8 import Fp8, Fp8Settings, MlpLayout, apply_fp8
 
 
@@ -59,6 +60,13 @@ def apply_data_parallel(model: torch.nn.Module, info: dist.DistInfo) -> torch.nn
         return model
     ids = [info.device.index] if info.device.type == "cuda" else None
     return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+
+
+def disclosure(precision: str, fp8: Fp8, micro_batch_size: int) -> Disclosure:
+    """The run's 6.x disclosure as built: FP8 linears where FP8 was applied, attention in the autocast dtype,
+    and DDP's all-reduce of the float32 gradients (one process: their precision)."""
+    compute = {"fp16": "fp16", "fp32": "fp32"}.get(precision, "bfloat16")
+    return Disclosure("fp8" if fp8.backend != "off" else compute, compute, "fp32", micro_batch_size)
 
 
 def autocast_context(precision: str, device: torch.device, fp8: Fp8):

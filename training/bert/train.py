@@ -14,7 +14,7 @@ import functools
 import sys
 
 from training.bert import data
-from training.bert.build import apply_compile, apply_data_parallel, autocast_context, build_model
+from training.bert.build import apply_compile, apply_data_parallel, autocast_context, build_model, disclosure
 from training.bert.config import BENCHMARK, OFFICIAL_TARGET, BertConfig
 from training.bert.optim import Lamb, param_groups, poly_warmup_lr
 from training.bert.step import evaluate, loss_scaler, train_step, warm_up
@@ -43,6 +43,7 @@ def main() -> outcome.Outcome:
                "loss_scale": f"dynamic from {cfg.init_loss_scale}" if precision == "fp16" else "none",
                "platform": backends.platform_name()}  # fmt: skip
     run.log_backends(chosen)
+    run.log_disclosure(disclosure(precision, fp8, cfg.batch_size))
     run.mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
 
     optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),

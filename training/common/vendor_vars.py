@@ -162,6 +162,50 @@ def _fp8_params(value: str, env: Mapping[str, str]) -> dict[str, str]:
     return {"FP8_PARAM_GATHER": "0"}
 
 
+def _primus_min_lr(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    """AMD's Primus 8B: the cosine's floor, which the rules fix at a tenth of the peak (our END_LR_FACTOR)."""
+    floor = _number(value, "PRIMUS_MIN_LR")
+    peak = _number(env.get("MAX_LR") or env.get("LR") or env.get("PRIMUS_LR") or "", "PRIMUS_LR")
+    if not math.isclose(floor, 0.1 * peak, rel_tol=1e-9):
+        raise VendorError(
+            f"PRIMUS_MIN_LR={value}: the 8B's cosine ends at a tenth of its peak here, as the rules fix "
+            f"it: set PRIMUS_MIN_LR to PRIMUS_LR/10 = {0.1 * peak:g}"
+        )
+    return {}
+
+
+def _steps_to_samples(name: str, ours: str) -> Callable[[str, Mapping[str, str]], dict[str, str]]:
+    """A count of optimizer steps (or batches) of the global batch, as our count of samples."""
+
+    def convert(value: str, env: Mapping[str, str]) -> dict[str, str]:
+        steps = _int({name: value}, name)
+        gbs = _int(env, "GBS", "GLOBAL_BATCH_SIZE", default=0)
+        if gbs <= 0:
+            raise VendorError(f"{name}={value} (steps) needs the global batch: set PRIMUS_GLOBAL_BATCH_SIZE")
+        return {ours: str(steps * gbs)}
+
+    return convert
+
+
+def _hybrid_recipe(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    if value.strip().lower() != "hybrid":
+        raise VendorError(f"PRIMUS_FP8_RECIPE={value!r}: FP8 here is the hybrid format only")
+    return {}
+
+
+def _one(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    if _int({"EXPERT_PARALLELISM": value}, "EXPERT_PARALLELISM") != 1:
+        raise VendorError(f"expert parallelism {value}: these Llama models are dense (no experts); set 1")
+    return {}
+
+
+def _number(raw: str, name: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise VendorError(f"{name}={raw!r}: expected a number") from None
+
+
 def _honored(name: str, why: str, to, benchmarks: tuple[str, ...] = ALL) -> list[VendorVar]:
     return [VendorVar(name, HONORED, why, benchmarks, to)]
 
@@ -588,6 +632,157 @@ ROWS: list[VendorVar] = [
         "PYTORCH_PRETRAINED_BERT_CACHE",
         ("bert",),
     ),
+    # ---- MLPerf v6.0: AMD's Primus and NVIDIA's NeMo 26.04 ----
+    *_honored("PRIMUS_GLOBAL_BATCH_SIZE", "AMD's Primus 8B: our GBS", _same("GBS"), ("llama31_8b",)),
+    *_honored("PRIMUS_MICRO_BATCH_SIZE", "AMD's Primus 8B: our MBS", _same("MBS"), ("llama31_8b",)),
+    *_honored("PRIMUS_LR", "AMD's Primus 8B: our MAX_LR", _same("MAX_LR"), ("llama31_8b",)),
+    *_honored(
+        "PRIMUS_MIN_LR",
+        "AMD's Primus 8B cosine floor: a tenth of the peak here, as the rules fix it",
+        _primus_min_lr,
+        ("llama31_8b",),
+    ),
+    *_honored("PRIMUS_TRAIN_ITERS", "AMD's Primus 8B: our MAX_STEPS", _same("MAX_STEPS"), ("llama31_8b",)),
+    *_honored(
+        "PRIMUS_LR_WARMUP_ITERS", "AMD's Primus 8B: our WARMUP_STEPS", _same("WARMUP_STEPS"), ("llama31_8b",)
+    ),
+    *_honored(
+        "EVAL_SAMPLES_INTERVAL",
+        "AMD's Primus 8B: samples between evaluations, our EVAL_EVERY",
+        _same("EVAL_EVERY"),
+        ("llama31_8b",),
+    ),
+    *_honored(
+        "PRIMUS_EVAL_INTERVAL",
+        "AMD's Primus 8B: optimizer steps between evaluations; EVAL_EVERY = PRIMUS_EVAL_INTERVAL x GBS",
+        _steps_to_samples("PRIMUS_EVAL_INTERVAL", "EVAL_EVERY"),
+        ("llama31_8b",),
+    ),
+    *_honored(
+        "PRIMUS_EVAL_ITERS",
+        "AMD's Primus 8B: evaluation batches; EVAL_SAMPLES = PRIMUS_EVAL_ITERS x GBS",
+        _steps_to_samples("PRIMUS_EVAL_ITERS", "EVAL_SAMPLES"),
+        ("llama31_8b",),
+    ),
+    *_honored(
+        "PRIMUS_FP8_RECIPE",
+        "AMD's Primus 8B FP8 recipe: hybrid is the format FP8 runs in here (e4m3 forward, e5m2 gradients)",
+        _hybrid_recipe,
+        ("llama31_8b",),
+    ),
+    *_honored("TARGET_EVAL_LOSS", "AMD's Primus 8B: our TARGET", _same("TARGET"), ("llama31_8b",)),
+    *_honored("MLLOG_TARGET_EVAL_LOSS", "AMD's Primus: our TARGET", _same("TARGET"), LLAMA),
+    *_honored(
+        "SYNTH_WARMUP_STEPS",
+        "AMD's Primus: synthetic training steps before run_start; SYNTHETIC_WARMUP_STEPS (8B)",
+        _same("SYNTHETIC_WARMUP_STEPS"),
+        ("llama31_8b",),
+    ),
+    *_honored(
+        "SYNTH_WARMUP_STEPS",
+        "AMD's Primus: synthetic training steps before run_start; WARMUP_TRAIN_STEPS (LoRA)",
+        _same("WARMUP_TRAIN_STEPS"),
+        ("llama2_70b_lora",),
+    ),
+    *_honored(
+        "MLLOG_SUBMISSION_ORG", "AMD's Primus: MLPERF_SUBMISSION_ORG", _same("MLPERF_SUBMISSION_ORG"), LLAMA
+    ),
+    *_honored(
+        "MLLOG_SUBMISSION_PLATFORM",
+        "AMD's Primus: MLPERF_SUBMISSION_PLATFORM",
+        _same("MLPERF_SUBMISSION_PLATFORM"),
+        LLAMA,
+    ),
+    *_honored(
+        "MLLOG_SUBMISSION_BENCHMARK", "AMD's Primus: the benchmark (BENCHMARK)", _same("BENCHMARK"), LLAMA
+    ),
+    *_honored("MLLOG_TENSOR_PARALLELISM", "AMD's Primus: the TP it logs, our TP", _same("TP"), LLAMA),
+    *_honored("MLLOG_PIPELINE_PARALLELISM", "AMD's Primus: the PP it logs, our PP", _same("PP"), LLAMA),
+    *_honored("MLLOG_CONTEXT_PARALLELISM", "AMD's Primus: the CP it logs, our CP", _same("CP"), LLAMA),
+    *_honored(
+        "MLLOG_MICRO_BATCH_SIZE", "AMD's Primus: the micro-batch it logs, our MBS", _same("MBS"), LLAMA
+    ),
+    *_honored(
+        "MLLOG_EXPERT_PARALLELISM", "AMD's Primus: expert parallelism, 1 for these dense models", _one, LLAMA
+    ),
+    *_na(
+        "AMD's Primus disclosure values as the config wishes them; the log here says what the build ran, and "
+        "the config file's own name",
+        "MLLOG_CONFIG_FILENAME MLLOG_LOWEST_NUMERICAL_PRECISION_LINEAR",
+        LLAMA,
+    ),
+    *_na(
+        "AMD's Primus MLLOG switches (on, its output file, loss lines, division); runs here always log "
+        "MLLOG, closed division, into their LOGDIR log",
+        "ENABLE_MLLOG MLLOG_OUTPUT_FILE MLLOG_TRAIN_LOSS_LOG_FREQ MLLOG_SUBMISSION_DIVISION "
+        "MLPERF_VERBOSE_LOGS",
+        LLAMA,
+    ),
+    *_na(
+        "AMD's Primus trainer (its install, experiment yaml and workspace names, logging, fused RoPE); the "
+        "trainer here is this toolkit's",
+        "PRIMUS_PATH PRIMUS_MLPERF EXP PRIMUS_LOG_LEVEL PRIMUS_APPLY_ROPE_FUSION "
+        "MEGATRON_BRIDGE_LOGGING_LEVEL TEAM EXP_NAME",
+        LLAMA,
+    ),
+    *_na(
+        "AMD's Primus data folder inside its container; the data here is DATADIR (mounted at /data)",
+        "DATA_PATH",
+        LLAMA,
+    ),
+    *_na(
+        "AMD's Primus packed LoRA files; the rows here are read from DATADIR as AMD prepares them",
+        "PACKED_TRAIN_DATA_PATH PACKED_VAL_DATA_PATH PACKED_METADATA_PATH",
+        ("llama2_70b_lora",),
+    ),
+    *_na(
+        "AMD's Primus converted Megatron checkpoint; the base here is read from the Hugging Face safetensors "
+        "in MODEL",
+        "PRETRAINED_CHECKPOINT",
+        ("llama2_70b_lora",),
+    ),
+    *_na("a node's rank for AMD's launcher; the launchers here set it (torchrun, SLURM)", "NODE_RANK", LLAMA),
+    *_na(
+        "AMD's Primus synthetic validation steps and cache emptying after its warm-up; the warm-up here runs "
+        "its own validation pass and frees its memory",
+        "SYNTH_WARMUP_VALID_STEPS SYNTH_WARMUP_EMPTY_CACHE",
+        LLAMA,
+    ),
+    *_na(
+        "an FP4 setting; FP4 trains FP8 here (the config's FP4 says so)",
+        "NVTE_MXFP4_USE_HADAMARD WARMUP_RECIPE NVTE_FP4_LOG_GEMM_SHAPES",
+        LLAMA,
+    ),
+    *_na(
+        "NeMo 26.04's SM counts for Transformer Engine's communication-overlapped GEMMs; " + OVERLAP,
+        "FC1_DGRAD_SM FC1_WGRAD_SM QKV_DGRAD_SM QKV_WGRAD_SM",
+        LLAMA,
+    ),
+    *_na(
+        "NeMo 26.04's data module loading only the samples it needs; " + NEMO,
+        "LOAD_MINIMAL_NUM_SAMPLES",
+        LLAMA,
+    ),
+    *_na(
+        "NVIDIA's submitter name and submission status for its packaging scripts; the logs here take "
+        "MLPERF_SUBMISSION_ORG and log status onprem",
+        "MLPERF_SUBMITTER MLPERF_STATUS",
+        LLAMA,
+    ),
+    *_library(
+        "AMD's AITER kernels (tuned GEMM tables, their logs), read by the ROCm images' Transformer Engine",
+        "AITER_CONFIG_GEMM_A4W4 AITER_LOG_TUNED_CONFIG AITER_LOG_LEVEL AITER_LOG_MORE LOG_AITER_GEMMS",
+        LLAMA,
+    ),
+    *_library("Transformer Engine's (ROCm): AITER's rotary embedding", "NVTE_USE_AITER_ROPE", LLAMA),
+    *_library(
+        "the ROCm runtime, RCCL/NCCL and PyTorch's allocator (PYTORCH_ALLOC_CONF is its current name)",
+        "HSA_NO_SCRATCH_RECLAIM HSA_ENABLE_SDMA HSA_ENABLE_INTERRUPT HSA_TOOLS_LIB "
+        "HSA_ENABLE_SDMA_OPTIMIZATIONS GPU_MAX_HW_QUEUES HIP_API_BLOCKING NCCL_CHECKS_DISABLE "
+        "NCCL_P2P_LEVEL NCCL_SINGLE_RING_THRESHOLD NCCL_BUFFSIZE PYTORCH_ROC_ALLOC_CONF "
+        "PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_ALLOC_CONF PYTHONPATH PYTHONWARNINGS",
+        LLAMA,
+    ),
     # ---- read by a library underneath ----
     *_library(
         "NCCL's (RCCL's on ROCm)",
@@ -869,7 +1064,13 @@ def launcher_values(environ: Mapping[str, str]) -> tuple[dict[str, str], list[st
     DGXNNODES and DGXNGPU (from AMD's NNODES and GPUS_PER_NODE). Returns (values to set, problems)."""
     out, problems = {}, []
     exported = environ.get("CONFIG_VARS", "").split()
-    if not environ.get("BENCHMARK"):
+    if not environ.get("BENCHMARK") and environ.get("MLLOG_SUBMISSION_BENCHMARK") in ALL:
+        out["BENCHMARK"] = environ["MLLOG_SUBMISSION_BENCHMARK"]
+        print(
+            f"BENCHMARK={out['BENCHMARK']}: from MLLOG_SUBMISSION_BENCHMARK, the config's name for it",
+            file=sys.stderr,
+        )
+    elif not environ.get("BENCHMARK"):
         bench, why = guess_benchmark(exported)
         if bench is None:
             choices = " | ".join(SIGNATURES)

@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from training.common.config import ConfigError
+from training.common.disclosure import PRECISION_NAMES, Disclosure, dtype_name, lowest
 from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
 from training.lora import LoraSettings, apply_lora
@@ -153,6 +154,8 @@ class Applied:
     precision: str = ""  # PRECISION resolved on this device: fp32, bf16 or fp8 (bf16 with FP8 matmuls)
     optimizer: str = ""  # which AdamW `optim.build_optimizer` took
     bf16_weights_held: int = 0  # matrix weights AdamW keeps in bf16 (`StepSettings.hold_bf16_weights`)
+    # the lowest precision the layout's collectives carry (MLPerf's name); "" for one process
+    collectives: str = ""
 
     FEATURES = ("pipeline_parallel", "fp8", "lora", "tensor_parallel", "activation_checkpointing", "compile",
                 "data_parallel")  # fmt: skip
@@ -173,6 +176,14 @@ class Applied:
     def lines(self) -> dict[str, str]:
         """What each feature did, in the order applied: the trainers' `backend_*` MLLOG values."""
         return {name: getattr(self, name).description for name in self.FEATURES}
+
+    def disclosure(self, layout: Parallelism, micro_batch_size: int) -> Disclosure:
+        """The run's 6.x disclosure as built: FP8 linears where FP8 was applied, attention in the compute
+        dtype, and the collectives' lowest precision (one process has none: its gradients' float32)."""
+        compute = PRECISION_NAMES["bf16" if self.precision == "fp8" else self.precision]
+        linear = "fp8" if self.fp8.backend != "off" else compute
+        comm = self.collectives or "fp32"
+        return Disclosure(linear, compute, comm, micro_batch_size, layout.tp, layout.pp, layout.cp)
 
 
 def apply_features(
@@ -200,7 +211,26 @@ def apply_features(
     compiled = apply_compile(model, features.compile, outside)
     reduce_dtype = torch.float32 if features.grad_reduce_in_fp32 else torch.bfloat16
     sharded = apply_fsdp(model, mesh, param_dtype, features.reshard_after_forward, reduce_dtype)
-    return Applied(pipeline, fp8, lora, tensor, checkpointed, compiled, sharded)
+    laid_out = _fp8_for_layout(features.fp8, mesh)
+    gather_fp8 = fp8.backend != "off" and laid_out is not None and laid_out.gather_in_fp8
+    carried = collective_precision(mesh, param_dtype, reduce_dtype, gather_fp8)
+    return Applied(pipeline, fp8, lora, tensor, checkpointed, compiled, sharded, collectives=carried)
+
+
+def collective_precision(
+    mesh: DeviceMesh | None, param_dtype: torch.dtype, reduce_dtype: torch.dtype, gather_in_fp8: bool
+) -> str:
+    """The lowest precision the collectives of this layout carry (MLPerf's name), "" for one process: FSDP2's
+    all-gathers (the compute dtype, or FP8) and reduce-scatters (`reduce_dtype`); tensor-, context- and
+    pipeline-parallel ranks exchange activations (and keys and values) in the compute dtype."""
+    if mesh is None:
+        return ""
+    carried = []
+    if _shard_ranks(mesh) > 1:
+        carried += ["fp8" if gather_in_fp8 else dtype_name(param_dtype), dtype_name(reduce_dtype)]
+    if any(mesh[dim].size() > 1 for dim in ("tp", "cp", "pp")):
+        carried.append(dtype_name(param_dtype))
+    return lowest(*carried) if carried else ""
 
 
 def _shard_ranks(mesh: DeviceMesh | None) -> int:

@@ -64,6 +64,7 @@ def main() -> outcome.Outcome:
               "attention": applied.attention, "weights": weights, **applied.lines(),
               "optimizer": f"AdamW ({applied.optimizer}), the adapters only"}  # fmt: skip
     run.log_backends(chosen)
+    run.log_disclosure(applied.disclosure(par, cfg.micro_batch_size))
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
     run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,
@@ -122,7 +123,6 @@ def log_hyperparameters(
         "lora_rank": cfg.lora_rank,
         "lora_dropout": cfg.lora_dropout,
         "target_accuracy": cfg.target,
-        "micro_batch_size": cfg.micro_batch_size,
     })  # fmt: skip
     deviations = cfg.deviations(official_model)
     if deviations:

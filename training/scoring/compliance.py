@@ -20,6 +20,7 @@ from pathlib import Path
 from mlperf_logging.compliance_checker import mlp_compliance
 
 from .checkers import captured_root_log
+from .rounds import choose_ruleset
 from .rules import BENCHMARKS, BenchmarkRules
 from .runs import read_run
 
@@ -29,15 +30,19 @@ RULES_ROOT = Path(mlp_compliance.__file__).parent
 def check_compliance(
     log: Path, ruleset: str | None = None, write_report: bool = True
 ) -> tuple[bool, list[str]]:
-    """(passed, messages) of the compliance checker on `log`; `ruleset` defaults to its benchmark's."""
+    """(passed, messages) of the compliance checker on `log`; `ruleset` defaults to the one the scorer
+    would choose for it alone (`rounds.choose_ruleset`)."""
     log = Path(log)
     run = read_run(log)
     rules = BENCHMARKS.get(run.benchmark)
-    ruleset = ruleset or run.ruleset or (rules.ruleset if rules else None)
-    if ruleset is None:
+    if not ruleset and rules is None:
         raise ValueError(
             f"{log}: submission_benchmark {run.benchmark!r} has no default ruleset; pass --ruleset"
         )
+    if not ruleset:  # as the scorer chooses: recorded by our trainer, else from the run's date
+        starts = [run.run_start_ms] if run.run_start_ms is not None else []
+        recorded = [run.ruleset] if run.ruleset else []
+        ruleset = choose_ruleset(rules.name, rules.ruleset, None, starts, recorded).ruleset
     if not (RULES_ROOT / f"training_{ruleset}").is_dir():
         raise ValueError(f"{log}: mlperf_logging has no training ruleset {ruleset!r}")
     messages = []
