@@ -6,11 +6,11 @@ shapes, from a seed (nothing downloaded).
 Not CC12M or COCO: a run on it is a demo, never an MLPerf result. There are --captions made-up captions, each
 with its own T5 sequence [--text-length, --text-width], pooled CLIP embedding [--text-width] and picture: a
 smooth latent [16, --latent-side, --latent-side] (a 2x2 grid of random values, bilinearly upsampled), stored
-as the VAE posterior's mean and log-variance so that the trainer's normalized latent, (mean - 0.1159) x
-0.3611, has unit variance per caption and a posterior spread of 0.05. Each image is its caption's encodings
-and picture with small perturbations of its own, so the picture can be learned from the text: the validation
-loss falls from about 2 (a model that predicts nothing) as it is. The COCO-like validation split tags its rows
-with timesteps 0..7 in turn, each equally often, as the published one.
+as the VAE posterior's mean and log-variance so that each map of the trainer's normalized latent, (mean -
+0.1159) x 0.3611, has unit standard deviation, with a posterior spread of 0.05. Each image is its caption's
+encodings and picture with small perturbations of its own, so the picture can be learned from the text: the
+validation loss falls from 1 + E[x0^2] (what a model that predicts nothing scores) as it is. The COCO-like
+validation split tags its rows with timesteps 0..7 in turn, each equally often, as the published one.
 """
 
 from __future__ import annotations
