@@ -30,7 +30,9 @@ def config_env(extra: dict[str, str]) -> dict[str, str]:
     return subprocess_env(**{**env, "CONFIG_VARS": " ".join(names), "SEED": "1", **extra})
 
 
-def run_train(tmp_path: Path, data: Path, **extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_train(
+    tmp_path: Path, data: Path, nproc: int = 1, **extra: str
+) -> tuple[subprocess.CompletedProcess, Path]:
     log = tmp_path / "flux1_CPU_1x1x16_1.log"
     env = config_env(
         {
@@ -38,17 +40,22 @@ def run_train(tmp_path: Path, data: Path, **extra: str) -> tuple[subprocess.Comp
             "LOGDIR": str(tmp_path),
             "RUN_TAG": "flux1_CPU_1x1x16_1",
             "CONFIG_FILENAME": CONFIG.name,
+            "DGXNGPU": str(nproc),
             **extra,
-        }  # RUN_TAG and CONFIG_FILENAME: as the launcher sets them
+        }  # RUN_TAG, CONFIG_FILENAME: as the launcher
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "training.flux1.train"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    cmd = [sys.executable, "-m", "training.flux1.train"]
+    if nproc > 1:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "training.flux1.train",
+        ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     log.write_text(proc.stdout + proc.stderr)
     return proc, log
 
@@ -110,14 +117,25 @@ def test_cpu_default_learns_and_its_log_passes_the_checker(tmp_path, sample_data
     assert "NOT A VALID MLPerf RESULT" in lines[0] and "(evaluation_frequency) replaced by" in lines[0]
 
 
-def test_not_converging_ends_aborted(tmp_path, sample_data):
+def test_two_ranks_shard_with_fsdp2_and_not_converging_ends_aborted(tmp_path, sample_data):
     proc, log = run_train(
-        tmp_path, sample_data, EVAL_EVERY="80", TARGET_ACCURACY="0.01", MAX_STEPS="10", EVAL_SAMPLES="16"
+        tmp_path,
+        sample_data,
+        nproc=2,
+        MBS="8",
+        EVAL_EVERY="80",
+        TARGET_ACCURACY="0.01",
+        MAX_STEPS="10",
+        EVAL_SAMPLES="16",
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
-    stop = [e for e in mllog(log) if e["key"] == "run_stop"]
+    events = mllog(log)
+    stop = [e for e in events if e["key"] == "run_stop"]
     assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted"
     assert stop[0]["metadata"]["samples_count"] == 160
+    logged = {e["key"]: e["value"] for e in events}
+    assert logged["backend_data_parallel"].startswith("FSDP2 over 2 ranks")
+    assert logged["gradient_accumulation_steps"] == 1 and logged["micro_batch_size"] == 8
 
 
 def test_missing_data_is_a_named_error(tmp_path):
