@@ -63,7 +63,7 @@ def test_training_loops_over_the_share_and_drops_a_tenth_of_the_captions(sample_
 
 def test_validation_tags_every_sample_with_its_timestep(sample_data):
     valid = data.EncodedImages(sample_data / layout.VALID)
-    batches = data.validation_batches(valid, samples=64, batch_size=10, ranks=2, rank=0)
+    batches = list(data.ValidationSet(valid, samples=64, batch_size=10, ranks=2, rank=0))
     assert [len(b.timestep) for b in batches] == [10, 10, 10, 2]
     assert torch.cat([b.timestep for b in batches]).tolist() == [i % 8 for i in range(32)]
 

@@ -141,7 +141,7 @@ class TrainStream:
         if len(self.rows) == 0:
             raise DataError(f"{data.folder}: {len(data)} rows cannot feed {ranks} data-parallel ranks")
         self.empty_t5, self.empty_clip = empty
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([seed, rank])  # each rank its own draws
         self.position = 0
 
     def __iter__(self) -> Iterator[Batch]:
@@ -158,12 +158,17 @@ class TrainStream:
         return batch
 
 
-def validation_batches(
-    data: EncodedImages, samples: int, batch_size: int, ranks: int, rank: int
-) -> list[Batch]:
+class ValidationSet:
     """A rank's share of the first `samples` validation rows, in micro-batches of `batch_size` (the last may
-    be smaller), read once and kept (every evaluation reads the same)."""
-    if "timestep" not in data.columns:
-        raise DataError(f"{data.folder}: no timestep column (the validation set tags each sample 0..7)")
-    rows = list(share(min(samples, len(data)), ranks, rank))
-    return [data.batch(rows[i : i + batch_size], timesteps=True) for i in range(0, len(rows), batch_size)]
+    be smaller), read from the memory-mapped files at each evaluation (the whole set is gigabytes per rank:
+    not kept in memory between evaluations)."""
+
+    def __init__(self, data: EncodedImages, samples: int, batch_size: int, ranks: int, rank: int):
+        if "timestep" not in data.columns:
+            raise DataError(f"{data.folder}: no timestep column (the validation set tags each sample 0..7)")
+        self.data, self.batch_size = data, batch_size
+        self.rows = list(share(min(samples, len(data)), ranks, rank))
+
+    def __iter__(self) -> Iterator[Batch]:
+        for i in range(0, len(self.rows), self.batch_size):
+            yield self.data.batch(self.rows[i : i + self.batch_size], timesteps=True)

@@ -12,7 +12,6 @@ crashed, 2 config, data or disk error.
 
 from __future__ import annotations
 
-import functools
 import sys
 
 from training.common import backends, dist, outcome
@@ -44,9 +43,11 @@ def main() -> outcome.Outcome:
     try:  # untimed, before init_start: open the splits, read the tensors' shapes
         train_set, valid_set = data.EncodedImages(paths["train"]), data.EncodedImages(paths["valid"])
         empty = data.load_empty_encodings(paths["empty"])
+        eval_batch = cfg.eval_batch_size or cfg.micro_batch_size
+        validation = data.ValidationSet(valid_set, cfg.eval_samples, eval_batch, info.world_size, info.rank)
+        shape = cfg.model_shape(train_set.sample_shapes())
     except data.DataError as err:
         raise ConfigError(str(err)) from None
-    shape = cfg.model_shape(train_set.sample_shapes())
     run = MLPerfRun(BENCHMARK, cfg, info, seed, "flux1")
     log_hyperparameters(run.mllog, cfg, accum, len(train_set))
 
@@ -71,16 +72,9 @@ def main() -> outcome.Outcome:
             "model_shape": str(shape),
         }
     )
-    eval_batch = cfg.eval_batch_size or cfg.micro_batch_size
-    # read once, at the first evaluation
-    validation = functools.cache(
-        lambda: data.validation_batches(valid_set, cfg.eval_samples, eval_batch, info.world_size, info.rank)
-    )
 
     def start_training():
-        stream = data.TrainStream(
-            train_set, empty, cfg.micro_batch_size, info.world_size, info.rank, seed + 7919 * (info.rank + 1)
-        )
+        stream = data.TrainStream(train_set, empty, cfg.micro_batch_size, info.world_size, info.rank, seed)
 
         def one_step(index: int) -> StepResult:
             lr = lr_at(index, cfg.lr, cfg.warmup_steps)
@@ -92,18 +86,19 @@ def main() -> outcome.Outcome:
     return run.train(
         cfg.schedule(),
         start_training,
-        lambda: evaluate(step, validation()),
+        lambda: evaluate(step, validation),
         cfg.target,
         metric="validation loss",
     )
 
 
 def disclosure(precision: str, world_size: int, micro_batch_size: int) -> Disclosure:
-    """The 6.x disclosure as built: every GEMM and attention product in the compute precision; the
-    collectives (FSDP2's parameter all-gather) carry it too, the gradients reduced in fp32; one data-parallel
-    dimension only."""
+    """The 6.x disclosure as built: every GEMM and attention product in the compute precision; over several
+    ranks FSDP2 gathers the parameters in it (the gradients are reduced in fp32), in one process the
+    gradients are the fp32 parameters'; one data-parallel dimension only."""
     name = "bfloat16" if precision == "bf16" else "fp32"
-    return Disclosure(linear=name, attn=name, comm=name, micro_batch_size=micro_batch_size)
+    comm = name if world_size > 1 else "fp32"
+    return Disclosure(linear=name, attn=name, comm=comm, micro_batch_size=micro_batch_size)
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: FluxConfig, accum: int, train_rows: int) -> None:
