@@ -9,6 +9,9 @@ what torchtitan's `FluxModel.init_weights` draws (DiT's scheme): Xavier-uniform 
 the fused matrix they are part of, zero biases, N(0, 0.02) for the time and pooled-text embedders, zero
 adaLN modulations and a zero output layer, unit norm scales.
 
+One difference in the arithmetic: the reference's QK norms are `nn.RMSNorm(head_dim)` with torch's default
+epsilon (the input dtype's machine epsilon), diffusers' (and Black Forest Labs') use 1e-6.
+
 Latents are patchified 2x2 into tokens (`pack_latents`: b c (h 2) (w 2) -> b (h w) (c 2 2)), each token's
 position (0, row, column); text tokens sit at position 0.
 """
