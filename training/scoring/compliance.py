@@ -128,7 +128,7 @@ def _patch_target(
         text = text.replace(old_len, f"v['value'] == {seq_len}")
         replaced.append(f"`{old_len}` (max_sequence_length) replaced by `v['value'] == {seq_len}`")
     fixed_every = re.search(
-        r"NAME:\s+evaluation_frequency\s+REQ:\s+\w+\s+CHECK: \" (v\['value'\] == [^\"]+?) \"", text
+        r"NAME:\s+evaluation_frequency\s+REQ:\s+\w+\s+CHECK: \"\s*(v\['value'\] == [^\"]+?)\s*\"", text
     )
     if fixed_every and eval_frequency is not None:
         old_every = fixed_every.group(1)
