@@ -1,7 +1,7 @@
 """The Flux.1 benchmark's training step on one GPU: ours (the trainer's own `build_step` and `train_step`)
 beside diffusers' training loop, same run, same weights, same inputs.
 
-    python -m perf.bench_flux1 [--double 4 --single 8] [--batch 8] [--steps 10] [--compile] [--ac]
+    python -m perf.bench_flux1 [--double 4 --single 8] [--batch 8] [--steps 10] [--compile] [--ac] [--fp8]
     python -m perf.bench_flux1 --tiny          # on the CPU, the toy shape (a check that it runs)
 
 The full MMDiT (19 double, 38 single blocks, 11.9 B parameters) with fp32 AdamW state needs about 190 GB: it
@@ -10,13 +10,14 @@ throughput per block scales to the full model by the block counts). Inputs are t
 [256, 4096], pooled CLIP [768], the VAE posterior [16, 32, 32]), random, rotated over a pool of batches.
 
 Ours: `training.flux1.build.build_step` (BF16 autocast in one process, fp32 master weights, fused AdamW with
-decay on every parameter, clip 1.0; `--compile` each block compiled, `--ac` every block recomputed), the step
-of `training.flux1.step`. Peer: the loop of diffusers' Flux training examples (`train_dreambooth_flux.py`):
-the latents packed and their ids made by `FluxPipeline._pack_latents` / `_prepare_latent_image_ids`, the
-prediction unpacked by `FluxPipeline._unpack_latents`, bf16 autocast, `F.mse_loss(pred.float(),
-target.float())`, backward, `clip_grad_norm_`, `torch.optim.AdamW(fused=True)`; on a copy of our initial
-weights, with the same draws (the posterior's eps, the noise, the time t, in our step's order) from a
-generator of the same seed.
+decay on every parameter, clip 1.0; `--compile` each block compiled, `--ac` every block recomputed, `--fp8`
+the blocks' linear layers in FP8 as PRECISION=fp8 runs them), the step of `training.flux1.step`. Peer: the
+loop of diffusers' Flux training examples (`train_dreambooth_flux.py`): the latents packed and their ids made
+by `FluxPipeline._pack_latents` / `_prepare_latent_image_ids`, the prediction unpacked by
+`FluxPipeline._unpack_latents`, bf16 autocast, `F.mse_loss(pred.float(), target.float())`, backward,
+`clip_grad_norm_`, `torch.optim.AdamW(fused=True)`; built from the same seed (the same initial weights; the
+two run one after the other: both with their AdamW state do not fit one GPU), with the same draws (the
+posterior's eps, the noise, the time t, in our step's order) from a generator of the same seed.
 
 Loss parity (`perf/lib/parity.py`): the peer's per-step losses (every step, warm-up included) against ours,
 bf16's tolerance; the flow-matching loss has no uniform value (the degenerate check is off). Prints a table
@@ -43,7 +44,8 @@ from training.common import dist
 from training.flux1.build import Features, Optim, build_step
 from training.flux1.config import ADAMW_BETAS, ADAMW_EPS, GRAD_CLIP_NORM, WEIGHT_DECAY
 from training.flux1.model import PRESETS
-from training.flux1.step import Batch, Draws, clean_latents, train_step
+from training.flux1.step import Batch, Draws, calibrate_fp8, clean_latents, train_step
+from training.fp8 import Fp8Settings
 
 SEED, LR = 0, 2e-4
 POOL = 4  # distinct batches, rotated
@@ -110,6 +112,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="ours: each block compiled")
     ap.add_argument("--ac", action="store_true", help="ours: every block recomputed")
+    ap.add_argument("--fp8", action="store_true", help="ours: the blocks' GEMMs in FP8 (FP8_BACKEND=auto)")
     ap.add_argument("--tiny", action="store_true", help="the toy shape on this machine's device (CPU: fp32)")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -118,6 +121,7 @@ def main() -> int:
     shape = base.replace(double_layers=args.double, single_layers=args.single)
     precision = "bf16" if device.type == "cuda" else "fp32"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    ours_precision = "fp8" if args.fp8 else precision
     optim = Optim(LR, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, GRAD_CLIP_NORM)
     pool = batches(shape, args.batch, device)
     autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
@@ -126,7 +130,9 @@ def main() -> int:
     # from the same seed: the same initial weights
     for name in ("ours", "diffusers"):
         if name == "ours":
-            ours, applied = build_step(shape, Features(precision, args.ac, args.compile), optim, info, SEED)
+            features = Features(ours_precision, args.ac, args.compile, Fp8Settings())
+            ours, applied = build_step(shape, features, optim, info, SEED)
+            calibrate_fp8(ours, pool[0])
             params = sum(p.numel() for p in ours.params)
 
             def run(i: int, ours=ours) -> torch.Tensor:
@@ -141,7 +147,7 @@ def main() -> int:
                 weight_decay=WEIGHT_DECAY,
                 fused=device.type == "cuda",
             )
-            peer = peer_step(model, opt, Draws(SEED + 1, device), dtype, autocast)
+            peer = peer_step(model, opt, Draws(SEED, 0, "train", device), dtype, autocast)
 
             def run(i: int, peer=peer) -> torch.Tensor:
                 return peer(pool[i % POOL])
@@ -167,13 +173,18 @@ def main() -> int:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    kind = "fp8" if args.fp8 else "bf16"  # FP8's wider tolerance where ours computes the blocks in FP8
     check = parity.verdict(
-        results["diffusers"]["losses"], results["ours"]["losses"], uniform=float("nan"), reference_name="ours"
+        results["diffusers"]["losses"],
+        results["ours"]["losses"],
+        uniform=float("nan"),
+        kind=kind,
+        reference_name="ours",
     )
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     blocks = f"{shape.double_layers} double + {shape.single_layers} single blocks"
     print(
-        f"{gpu}: {blocks} ({params / 1e6:,.0f} M parameters), batch {args.batch}, {precision}, ours: "
+        f"{gpu}: {blocks} ({params / 1e6:,.0f} M parameters), batch {args.batch}, {ours_precision}, ours: "
         f"compile {applied['compile']}, AC {applied['activation_checkpointing']}"
     )
     print("| variant | ms/step | images/s | peak GiB | first loss | last loss |")

@@ -23,7 +23,8 @@ export FUSED_SOFTMAX=0 RMSNORM_CAST=0 ENABLE_TRANSPOSE_CACHE=0 USE_HIPBLASLT=1 T
 export CUDA_GRAPH_IMPL=local CPU_OFFLOADING=False CPU_OFFLOADING_ACTIVATIONS=False
 # AMD compiles its DiT (COMPILE_DIT=1: each block here) with its "stack" strategy (not applicable here).
 export COMPILE_DIT=1 COMPILE_DIT_STRATEGY=stack
-# AMD's FP8 (delayed scaling, Transformer Engine) is not built for flux1 here: the run is BF16 and says so.
+# AMD's FP8 recipe: the blocks' GEMMs in FP8 with delayed scaling (PRECISION=fp8; FP8_BACKEND=auto: ours on
+# MI355X, whose FP8 formats are the OCP ones; Transformer Engine on MI325X where the image has it).
 export FP8_RECIPE=delayed
 # The reference recomputes every block in the backward (its activation_checkpoint.mode = "full").
 export ACTIVATION_CHECKPOINTING=1

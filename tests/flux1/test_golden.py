@@ -103,8 +103,9 @@ def model():
 
 def test_training_loss_is_the_references():
     m, b = model(), batch(4)
-    ours = train_loss(m, b, Draws(11, torch.device("cpu")))
-    g = torch.Generator().manual_seed(11)
+    draws = Draws(11, 0, "train", torch.device("cpu"))
+    g = torch.Generator().set_state(draws.generator.get_state())  # the same stream, replayed
+    ours = train_loss(m, b, draws)
     eps = torch.randn(b.mean.shape, generator=g)
     labels = ref_labels(b.mean, b.logvar, eps)
     noise = torch.randn(labels.shape, generator=g)
@@ -117,8 +118,9 @@ def test_training_loss_is_the_references():
 
 def test_validation_loss_is_the_references():
     m, b = model(), batch(8, seed=1, timesteps=True)
-    ours = eval_loss_sum(m, b, Draws(5, torch.device("cpu")))
-    g = torch.Generator().manual_seed(5)
+    draws = Draws(5, 0, "eval", torch.device("cpu"))
+    g = torch.Generator().set_state(draws.generator.get_state())
+    ours = eval_loss_sum(m, b, draws)
     labels = ref_labels(b.mean, b.logvar, torch.randn(b.mean.shape, generator=g))
     noise = torch.randn(labels.shape, generator=g)
     pred, target = ref_forward(m, labels, noise, b.timestep / 8.0, b.t5, b.clip)  # t = timestep / 8

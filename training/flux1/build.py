@@ -14,6 +14,7 @@ fp32.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from dataclasses import dataclass
 
@@ -23,13 +24,18 @@ from torch import nn
 from training.common import dist
 from training.flux1.model import FluxShape, blocks, build_model, init_weights
 from training.flux1.step import Draws, Step
+from training.fp8 import Fp8, Fp8Settings, apply_fp8, reset_after_materialize
+
+# the transformer blocks whose linear layers run in FP8 (diffusers' names; not the embedders or the output)
+FP8_BLOCKS = ("transformer_blocks.", "single_transformer_blocks.")
 
 
 @dataclass(frozen=True)
 class Features:
-    precision: str  # "bf16" | "fp32" (resolved: auto is bf16 on GPUs)
+    precision: str  # "bf16" | "fp32" | "fp8" (resolved: auto is bf16 on GPUs; fp8 is bf16 with FP8 GEMMs)
     activation_checkpointing: bool = False
     compile: bool = False
+    fp8: Fp8Settings | None = None  # with precision fp8: the backend and its scaling
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,14 @@ class Optim:
     eps: float
     weight_decay: float
     clip_norm: float
+
+
+def apply_fp8_blocks(model: nn.Module, features: Features) -> Fp8:
+    """FP8 for the blocks' linear layers (`training.fp8`), where PRECISION is fp8."""
+    if features.precision != "fp8":
+        return Fp8()
+    settings = dataclasses.replace(features.fp8 or Fp8Settings(), block_prefixes=FP8_BLOCKS)
+    return apply_fp8(model, settings)
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
@@ -83,20 +97,24 @@ def apply_fsdp(model: nn.Module, info: dist.DistInfo, param_dtype: torch.dtype) 
 
 def build_step(shape: FluxShape, features: Features, optim: Optim, info: dist.DistInfo, seed: int):
     """(the Step, what each feature did). Seeds torch's global RNG with `seed` for the weights (the same on
-    every rank); the step's draws are seeded per rank."""
+    every rank); the step's draws are seeded per rank, training's and validation's apart."""
     on_gpu = info.device.type == "cuda"
-    compute = torch.bfloat16 if features.precision == "bf16" else torch.float32
+    compute = torch.float32 if features.precision == "fp32" else torch.bfloat16
     torch.manual_seed(seed)
     model = build_model(shape, "meta" if on_gpu else info.device)
+    fp8 = apply_fp8_blocks(model, features)
     applied = {
+        "fp8": fp8.description,
         "activation_checkpointing": apply_activation_checkpointing(model, features.activation_checkpointing),
         "compile": apply_compile(model, features.compile),
         "data_parallel": apply_fsdp(model, info, compute),
     }
     if on_gpu:
         model.to_empty(device=info.device)
+        reset_after_materialize(model)
         torch.manual_seed(seed)
         init_weights(model)
+        fp8.weights_changed(model)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -117,10 +135,11 @@ def build_step(shape: FluxShape, features: Features, optim: Optim, info: dist.Di
         params,
         compute,
         autocast or contextlib.nullcontext(),
-        Draws(seed + 1 + info.rank, info.device),
-        Draws(seed + 1_000_003 + info.rank, info.device),
+        Draws(seed, info.rank, "train", info.device),
+        Draws(seed, info.rank, "eval", info.device),
         optim.clip_norm,
         info.device,
+        fp8,
     )
     n = sum(p.numel() for p in params)
     applied["model"] = (

@@ -34,7 +34,7 @@ REFERENCE_MAX_STEPS = 30_000
 
 @dataclass(frozen=True, kw_only=True)
 class FluxConfig(RunSettings):
-    PRECISIONS = ("auto", "fp32", "bf16")
+    PRECISIONS = ("auto", "fp32", "bf16", "fp8")
     BATCH_VAR = "MBS"  # config_<SYSTEM>_<NODES>x<GPUS>x<MBS>
     BENCHMARK = BENCHMARK
 
@@ -82,15 +82,19 @@ class FluxConfig(RunSettings):
     fp8_recipe: str | None = var(
         "FP8_RECIPE",
         None,
-        help="AMD's FP8 recipe (delayed: Transformer Engine); FP8 is not built for flux1 here",
+        help="AMD's name: delayed is PRECISION=fp8 (FP8 GEMMs with delayed scaling; FP8_BACKEND picks whose)",
     )
 
     def __post_init__(self):
         problems = self.shared_problems()
         if self.model_size not in PRESETS:
             problems.append(f"MODEL_SIZE={self.model_size!r} is not one of {', '.join(PRESETS)}")
-        if self.requested_precision() == "fp8":
-            problems.append("PRECISION=fp8: FP8 is not built for flux1 here; use bf16")
+        if self.fp8_recipe not in (None, "delayed"):
+            problems.append(f"FP8_RECIPE={self.fp8_recipe!r}: AMD's flux1 recipe is delayed (or unset)")
+        elif self.fp8_recipe and self.precision not in ("auto", "bf16", "fp8"):
+            problems.append(
+                f"FP8_RECIPE={self.fp8_recipe} (FP8 GEMMs) contradicts PRECISION={self.precision}"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -142,14 +146,21 @@ class FluxConfig(RunSettings):
             f"{self.eval_interval_steps()} or EVAL_EVERY <= {self.step_limit() * self.gbs}"
         )
 
-    def substitutions(self, world_size: int) -> list[str]:
-        out = super().substitutions(world_size)
-        if self.fp8_recipe:
-            out.append(
-                f"FP8_RECIPE={self.fp8_recipe} (AMD's FP8 matmuls through Transformer Engine) runs in "
-                "BF16: FP8 is not built for flux1 here; the recipe is otherwise the config's"
-            )
-        return out
+    def requested_precision(self) -> str:
+        """PRECISION, with NVIDIA's FP8=1 and AMD's FP8_RECIPE=delayed folded in."""
+        return "fp8" if self.fp8_recipe == "delayed" else super().requested_precision()
+
+    def fp8_settings(self):
+        """The FP8 backend and scaling the shared variables ask for (PRECISION=fp8)."""
+        from training.fp8 import Fp8Settings
+
+        return Fp8Settings(
+            backend=self.fp8_backend,
+            casts=self.fp8_casts,
+            amax_history=self.fp8_amax_history,
+            amax_algo=self.fp8_amax_algo,
+            fast_accum=self.fp8_fast_accum,
+        )
 
     def deviations(self) -> list[str]:
         """Settings that make this run something other than the MLPerf benchmark."""

@@ -1,11 +1,11 @@
 """Flux.1's preflight: `check(environ) -> list[str]`, run by `python -m training.preflight` before the runs.
 
 Seconds, not minutes: the config parses, its schedule has an evaluation before the run stops (else that alone
-is said: `training.common.preflight.load_config`), its arithmetic fits the machine (DGXSYSTEM's NxGxMBS,
-nodes x GPUs against the launcher, a global batch that splits into micro-batches), the three data folders
-open with the trainer's own reader and hold enough rows for the ranks, diffusers is importable, and the node
-has the GPUs the config asks for. (The prepared data's layout is checked by the data verifier the benchmark
-table names, which the preflight runs next.)
+is said: `training.common.preflight.load_config`), its arithmetic fits the machine (DGXSYSTEM's NxGxMBS, nodes
+x GPUs against the launcher, a global batch that splits into micro-batches), the three data folders open with
+the trainer's own reader and hold enough rows for the ranks, diffusers is importable, the FP8 backend asked
+for exists here, and the node has the GPUs the config asks for. (The prepared data's layout is checked by the
+data verifier the benchmark table names, which the preflight runs next.)
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ def check(environ: Mapping[str, str]) -> list[str]:
         return problems + [str(err)]
     if len(train) < world:
         problems.append(f"{len(train)} training rows in {paths['train']} cannot feed {world} ranks")
+    from training.fp8 import backend_problems
+
+    problems += backend_problems(cfg.requested_precision(), cfg.fp8_backend)
     return problems + check_gpus(cfg.gpus_per_node, cfg.is_cpu_demo)
 
 

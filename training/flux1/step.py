@@ -19,8 +19,10 @@ GPUs), times included. The random draws come from one generator per rank (`Draws
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,6 +36,7 @@ from training.flux1.model import (
     text_ids,
     unpack_latents,
 )
+from training.fp8 import Fp8
 
 EVAL_TIMESTEPS = 8  # validation times t = 0/8 ... 7/8
 
@@ -58,11 +61,14 @@ class Batch:
 
 
 class Draws:
-    """The step's random numbers, from one generator on the device (seeded per rank: each data-parallel
-    rank draws its own noise, as the reference's distinct per-rank seeds)."""
+    """The step's random numbers, from one generator on the device, seeded from (the run's seed, the rank,
+    the stream): each data-parallel rank draws its own noise, as the reference's distinct per-rank seeds, and
+    the validation's draws do not move training's."""
 
-    def __init__(self, seed: int, device: torch.device):
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+    def __init__(self, seed: int, rank: int, stream: str, device: torch.device):
+        streams = ("train", "eval")
+        state = np.random.SeedSequence([seed, rank, streams.index(stream)]).generate_state(1, np.uint64)[0]
+        self.generator = torch.Generator(device=device).manual_seed(int(state))
 
     def normal(self, like: torch.Tensor) -> torch.Tensor:
         return torch.randn(like.shape, generator=self.generator, device=like.device, dtype=like.dtype)
@@ -133,8 +139,8 @@ def lr_at(step: int, base_lr: float, warmup_steps: int) -> float:
 @dataclass
 class Step:
     """What one optimizer step needs: the model (wrapped as built), its optimizer and parameters, the
-    compute dtype the inputs are cast to, the forward's context (autocast where one process computes in
-    bf16), the random draws and the gradient clip norm."""
+    compute dtype the inputs are cast to, autocast (where one process computes in bf16), the random draws,
+    the gradient clip norm and FP8's hooks."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -145,9 +151,13 @@ class Step:
     eval_draws: Draws
     clip_norm: float
     device: torch.device
+    fp8: Fp8 = dataclasses.field(default_factory=Fp8)  # its forward context, its hook after each update
 
+    @contextlib.contextmanager
     def context(self):
-        return self.autocast if self.autocast is not None else contextlib.nullcontext()
+        """Around each forward: autocast where one process computes in bf16, and FP8's own context."""
+        with self.autocast or contextlib.nullcontext(), self.fp8.forward_context():
+            yield
 
 
 def train_step(step: Step, micro_batches: list[Batch], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,7 +177,24 @@ def train_step(step: Step, micro_batches: list[Batch], lr: float) -> tuple[torch
         group["lr"] = lr
     step.optimizer.step()
     step.optimizer.zero_grad(set_to_none=True)
+    step.fp8.weights_changed(step.model)
     return dist.all_reduce_sum(total) / _world(), grad_norm
+
+
+def calibrate_fp8(step: Step, batch: Batch) -> bool:
+    """Native FP8's scales measured before the first update (`training.fp8.calibrate`), on `batch` (a
+    synthetic one: no data is read before the clock starts), its draws from a generator of its own (the
+    step's are not moved). False where nothing needs it."""
+    from training.fp8 import calibrate
+
+    scratch = Draws(0, 0, "eval", step.device)
+
+    def forward_backward() -> None:
+        with step.context():
+            loss = train_loss(step.model, batch.to(step.device, step.dtype), scratch)
+        loss.backward()
+
+    return calibrate(step.model, forward_backward)
 
 
 @torch.no_grad()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 
+import torch
+
 from training.common import backends, dist, outcome
 from training.common.config import ConfigError, config_from_environment
 from training.common.disclosure import Disclosure
@@ -31,7 +33,7 @@ from training.flux1.config import (
     WEIGHT_DECAY,
     FluxConfig,
 )
-from training.flux1.step import evaluate, lr_at, train_step
+from training.flux1.step import Batch, calibrate_fp8, evaluate, lr_at, train_step
 
 
 def main() -> outcome.Outcome:
@@ -52,7 +54,7 @@ def main() -> outcome.Outcome:
     log_hyperparameters(run.mllog, cfg, accum, len(train_set))
 
     precision = resolve_precision(cfg.requested_precision(), info.device)
-    features = Features(precision, cfg.activation_checkpointing, cfg.compile)
+    features = Features(precision, cfg.activation_checkpointing, cfg.compile, cfg.fp8_settings())
     optim = Optim(cfg.lr, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, GRAD_CLIP_NORM)
     step, applied = build_step(shape, features, optim, info, seed)
     chosen = {
@@ -62,6 +64,7 @@ def main() -> outcome.Outcome:
         **applied,
     }
     run.log_backends(chosen)
+    calibrate_fp8(step, synthetic_batch(train_set.sample_shapes(), cfg.micro_batch_size))
     run.log_disclosure(disclosure(precision, info.world_size, cfg.micro_batch_size))
     run.write_config(
         {
@@ -92,13 +95,22 @@ def main() -> outcome.Outcome:
     )
 
 
+def synthetic_batch(shapes: dict[str, tuple[int, ...]], micro_batch: int) -> Batch:
+    """Random inputs of the data's shapes (FP8's calibration before the clock starts reads no data)."""
+    g = torch.Generator().manual_seed(0)
+    t5, clip, mean, logvar = (torch.randn(micro_batch, *shapes[c], generator=g) for c in data.COLUMNS)
+    return Batch(t5, clip, mean, logvar - 6)
+
+
 def disclosure(precision: str, world_size: int, micro_batch_size: int) -> Disclosure:
-    """The 6.x disclosure as built: every GEMM and attention product in the compute precision; over several
-    ranks FSDP2 gathers the parameters in it (the gradients are reduced in fp32), in one process the
-    gradients are the fp32 parameters'; one data-parallel dimension only."""
-    name = "bfloat16" if precision == "bf16" else "fp32"
+    """The 6.x disclosure as built: the blocks' GEMMs in FP8 where PRECISION is fp8, every other GEMM and
+    attention's products in the compute precision; over several ranks FSDP2 gathers the parameters in it
+    (the gradients are reduced in fp32), in one process the gradients are the fp32 parameters'; one data-
+    parallel dimension only."""
+    name = "fp32" if precision == "fp32" else "bfloat16"
     comm = name if world_size > 1 else "fp32"
-    return Disclosure(linear=name, attn=name, comm=comm, micro_batch_size=micro_batch_size)
+    linear = "fp8" if precision == "fp8" else name
+    return Disclosure(linear=linear, attn=name, comm=comm, micro_batch_size=micro_batch_size)
 
 
 def log_hyperparameters(mllog: MLLogger, cfg: FluxConfig, accum: int, train_rows: int) -> None:
