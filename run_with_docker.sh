@@ -2,7 +2,7 @@
 # Host side of one node: config -> one long-lived container -> preflight -> NEXP x (runtime tunables, page
 # cache drop, timed run, compliance check) -> host settings put back -> scoring. Each run's log is
 # LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log, numbered on from the highest index already there, so nothing is
-# overwritten.
+# overwritten. One launcher per LOGDIR at a time: a second refuses, naming the first (host, process, start).
 # Usage (no arguments: the sourced config and the environment say everything; -h/--help: this text):
 #   source configs/bert/config_MI300X_1x8x48.sh
 #   export CONT=mlperf/bert DATADIR=/data/bert_data NEXP=10 LOGDIR=./results
@@ -10,8 +10,9 @@
 # CONTAINER_RUNTIME=none runs the in-container steps on this host, from the repo root, with $PYTHON.
 # The loop, logs, checks and scoring are scripts/run_common.sh, shared with run.sub (SLURM).
 # Exit status: 0 when every run converged and passed its checks, 1 otherwise (each failure is listed),
-# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (the stopped run's partial log is kept; SIGINT
-# too when started as a script's `cmd &` job, which a shell starts with SIGINT ignored).
+# 2 for a setup error, 130/143 when stopped by SIGINT/SIGTERM (passed on to the run, whose outcome names it;
+# the stopped run's partial log is kept; SIGINT too when started as a script's `cmd &` job, which a shell
+# starts with SIGINT ignored).
 set -euo pipefail
 
 # -h/--help prints the comment block above; any other argument is refused before anything is read or written.

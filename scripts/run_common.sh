@@ -2,7 +2,7 @@
 # What run_with_docker.sh (one node) and run.sub (SLURM) share: reading the config, the NEXP loop (host
 # tuning, page cache drop, one timed run tee'd to LOGDIR/<BENCHMARK>_<DGXSYSTEM>_<i>.log numbered on from the
 # highest index already there, its compliance check), putting the host's settings back, and the final
-# scoring. Sourced, never run.
+# scoring; the lock that keeps a second launcher out of LOGDIR (lock_logdir). Sourced, never run.
 #
 # The launcher sets RUNNER (its name, for messages) and REPO_DIR (the repository root), calls
 # reexec_with_sigint "$@", load_config and config_env, then defines where its steps run and calls preflight
@@ -45,6 +45,35 @@ require_mountable() {
 }
 
 # ---- the config: the one the user sourced; its names, as bash itself exports them ----
+
+# A config saved on Windows: CRLF line endings leave a carriage return at the end of every value the user's
+# shell set from it (a file name, a number, DGXSYSTEM that names the logs), and a UTF-8 byte-order mark glues
+# itself to the first command. Refused before anything runs, in one line that says how to convert the file.
+_crlf_fix() { # the command that converts FILE (or the file named so, when unknown)
+  printf '%s\n' "sed -i 's/\r\$//' ${1} (or dos2unix ${1}), then source it again"
+}
+_refuse_crlf() { # _refuse_crlf NAME FILE: NAME's value holds a carriage return; FILE the config, if known
+  local value=${!1} file=${2//$'\r'/} found
+  if [[ -z ${file} && ${1} == DGXSYSTEM ]]; then # the file it names, where one of its name has CRs
+    for found in "${PWD}/config_${value%%$'\r'*}.sh" "${REPO_DIR}"/configs/*/"config_${value%%$'\r'*}.sh"; do
+      if [[ -f ${found} ]] && LC_ALL=C grep -q $'\r' -- "${found}"; then file=${found} && break; fi
+    done
+  fi
+  die "${1}=${value//$'\r'/} ends in a carriage return: ${file:-the config you sourced} was saved with Windows" \
+    "line endings (CRLF): convert it: $(_crlf_fix "${file:-CONFIG}")"
+}
+check_config_text() { # check_config_text FILE: no CRLF line endings, no byte-order mark
+  local bom
+  bom=$(head -c 3 -- "$1" | od -An -tx1 | tr -d ' \n')
+  if [[ ${bom} == efbbbf ]]; then
+    die "$1 starts with a UTF-8 byte-order mark, which bash reads as part of its first command: remove it:" \
+      "sed -i '1s/^\xEF\xBB\xBF//' $1 (or dos2unix $1), then source it again"
+  fi
+  if LC_ALL=C grep -q $'\r' -- "$1"; then
+    die "$1 has Windows line endings (CRLF), which leave a carriage return in every value: convert it:" \
+      "$(_crlf_fix "$1")"
+  fi
+}
 
 # _exported_by FILE [EMPTY]: in a subshell, source FILE with no variable exported (their values kept, as the
 # user's shell had them; EMPTY=1: unset, all but a few a command needs) and print, one a line, the names
@@ -99,6 +128,7 @@ config_names() {
 # (_config_names); then everything exported before is exported again.
 _source_config() {
   local before=()
+  check_config_text "$1"
   mapfile -t before < <(compgen -e)
   if ((${#before[@]} > 0)); then export -n "${before[@]}"; fi
   set +euo pipefail
@@ -139,6 +169,16 @@ _missing_in_shell() {
   done
 }
 
+# _sets_system FILE: FILE exports DGXSYSTEM as this shell has it.
+_sets_system() {
+  local line
+  while IFS= read -r line; do
+    [[ ${line} =~ ^[[:space:]]*export[[:space:]]+DGXSYSTEM=[\"\']?([A-Za-z0-9_.+-]+)[\"\']?[[:space:]]*$ ]] &&
+      [[ ${BASH_REMATCH[1]} == "${DGXSYSTEM}" ]] && return 0
+  done <"$1"
+  return 1
+}
+
 # _find_sourced_config: for a shell whose DGXSYSTEM is set without CONFIG_FILE (a vendor's config, which does
 # not name itself: AMD's and NVIDIA's launchers take ./config_${DGXSYSTEM}.sh beside themselves), the file it
 # sourced: of config_${DGXSYSTEM}.sh in this folder, beside the launcher and under configs/<benchmark>/, the one
@@ -153,6 +193,7 @@ _find_sourced_config() {
     real=$(readlink -f "${file}")
     [[ -z ${seen[${real}]:-} ]] || continue
     seen[${real}]=1
+    check_config_text "${real}"
     config_names "${real}"
     _missing_in_shell
     if ((${#_missing[@]} == 0)); then
@@ -218,13 +259,17 @@ _vendor_values() {
 # CPU_DEMO=1); BENCHMARK, DGXNNODES and DGXNGPU where the config did not export them (_vendor_values).
 load_config() {
   local given system sourced_here=0 logdir_given name unnamed=()
+  for name in CONFIG_FILE DGXSYSTEM BENCHMARK; do # what names the config file: before it is looked for
+    if [[ ${!name:-} == *$'\r'* ]]; then _refuse_crlf "${name}" "${CONFIG_FILE:-}"; fi
+  done
   if [[ -n ${CONFIG_FILE:-} ]]; then
     _find_config_file "${CONFIG_FILE}"
     CONFIG_FILE=${_found}
   fi
   if [[ -z ${DGXSYSTEM:-} ]]; then
     [[ -n ${CONFIG_FILE:-} ]] ||
-      die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE"
+      die "no config: 'source configs/<benchmark>/config_<SYSTEM>.sh' first, or set CONFIG_FILE (where sourcing" \
+        "it failed on its first line, it may have been saved on Windows: dos2unix FILE)"
     given=$(readlink -f "${CONFIG_FILE}")
     _source_config "${given}"
     sourced_here=1
@@ -237,13 +282,16 @@ load_config() {
   fi
   [[ -f ${CONFIG_FILE} ]] || die "CONFIG_FILE=${CONFIG_FILE}: no such file"
   system=$(basename "${CONFIG_FILE}" .sh)
-  [[ ${system} == "config_${DGXSYSTEM}" ]] || die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
+  # the file's name says its system, or the file sets it (MiTAC's config_MI325X_1node.sh: MI325X_1x8x1)
+  [[ ${system} == "config_${DGXSYSTEM}" ]] || _sets_system "${CONFIG_FILE}" ||
+    die "CONFIG_FILE=${CONFIG_FILE} is not the config of" \
     "DGXSYSTEM=${DGXSYSTEM} (config_${DGXSYSTEM}.sh) sourced in this shell: source the file you mean to run," \
     "or give CONFIG_FILE alone (unset DGXSYSTEM); a config that sources another sets both after it"
   if ((!sourced_here)); then config_names "$(readlink -f "${CONFIG_FILE}")"; fi
   [[ ${DGXSYSTEM} =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]] ||
     die "DGXSYSTEM=${DGXSYSTEM}: expected letters, digits and _ . + - (it names the logs)"
   _config_file=$(readlink -f "${CONFIG_FILE}")
+  check_config_text "${_config_file}"
   for name in BENCHMARK DGXNNODES DGXNGPU; do # (one the config exports but this shell lacks: config_env says)
     if [[ -z ${!name:-} && " ${_config_names[*]} " != *" ${name} "* ]]; then unnamed+=("${name}"); fi
   done
@@ -260,11 +308,16 @@ load_config() {
   : "${CONT_NAME:=mlperf_${BENCHMARK}}"
   : "${PYTHON:=python3}"                        # CONTAINER_RUNTIME=none only; the image's python3 otherwise
   : "${DROPCACHE_CMD:=sysctl vm.drop_caches=3}" # run through sudo -n when not root
-  [[ -d ${DATADIR} ]] || die "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
   if [[ -z ${MODEL:-} && -n ${MODELDIR:-} ]]; then # AMD's v6.0 8B README exports MODELDIR
     MODEL=${MODELDIR} && echo "MODEL=${MODEL}: from MODELDIR, the README's name for it"
   fi
-  [[ -z ${MODEL:-} || -d ${MODEL} ]] || die "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
+  if [[ -f ${DATADIR} ]]; then
+    die_data DATADIR "DATADIR=${DATADIR} is a file, not a folder: DATADIR is the folder the data was prepared in"
+  elif [[ ! -d ${DATADIR} ]]; then
+    die_data DATADIR "DATADIR=${DATADIR}: no such directory (the prepared data folder)"
+  elif [[ -n ${MODEL:-} && ! -d ${MODEL} ]]; then
+    die_data MODEL "MODEL=${MODEL}: no such directory (the model folder, mounted at /model)"
+  fi
   [[ ${NEXP} =~ ^[1-9][0-9]{0,5}$ ]] || die "NEXP=${NEXP}: expected a positive whole number"
   [[ -z ${SEED:-} || ${SEED} =~ ^[0-9]{1,18}$ ]] || die "SEED=${SEED}: not a non-negative integer"
   case ${CLEAR_CACHES} in # AMD's and NVIDIA's configs say 1 or 0; their READMEs also true or false
@@ -294,10 +347,96 @@ load_config() {
   else
     echo "Logs: ${LOGDIR} (LOGDIR=${logdir_given}, from the launcher's folder as AMD's run_with_docker.sh takes it)"
   fi
+  lock_logdir
   DATADIR=$(cd "${DATADIR}" && pwd)
   if [[ -n ${MODEL:-} ]]; then MODEL=$(cd "${MODEL}" && pwd); fi
   check_logdir_space
   _prefix="${BENCHMARK}_${DGXSYSTEM}"
+}
+
+# die_data NAME MESSAGE: a data folder's error (NAME: DATADIR or MODEL), then the command that prepares it for
+# this benchmark (python -m training.prepare_hint, standard library only, on this host; in the image for
+# run_with_docker.sh's docker or podman).
+die_data() {
+  local py=python3 args=("${BENCHMARK}" "${!1}") hint
+  if [[ ${CONTAINER_RUNTIME:-} == none ]]; then py=${PYTHON:-python3}; fi
+  if [[ -f ${!1} ]]; then args[1]=DIR; fi
+  if [[ $1 == MODEL ]]; then args+=(--model); fi
+  case ${CPU_DEMO:-0} in 1 | [Tt][Rr][Uu][Ee] | [Yy][Ee][Ss] | [Oo][Nn]) args+=(--sample) ;; esac
+  if [[ ${RUNNER} == run_with_docker.sh && ${CONTAINER_RUNTIME:-docker} =~ ^(docker|podman)$ && -n ${CONT:-} ]]
+  then
+    args+=(--image "${CONTAINER_RUNTIME:-docker}" "${CONT}")
+  fi
+  hint=$(cd "${REPO_DIR}" && "${py}" -m training.prepare_hint "${args[@]}" 2>/dev/null) ||
+    hint="./input_preprocessing/prepare_data.sh --help says how (README.md: Running the real benchmark)"
+  if [[ ${hint} == ./* ]]; then hint="cd ${REPO_DIR} && ${hint}"; fi
+  echo "${RUNNER}: error: $2" >&2
+  echo "  to prepare it for ${BENCHMARK}: ${hint}" >&2
+  exit 2
+}
+
+# ---- one launcher per LOGDIR ----
+
+# lock_logdir: hold LOGDIR/.launcher.lock (flock) for the launcher's life, so that a second launcher on the
+# same LOGDIR (another terminal, a job submitted twice) refuses before it writes anything, instead of taking
+# the same log numbers and scoring runs still going. The kernel drops the lock with the last process holding
+# the file open, whatever the way it ends (a crash, SIGKILL), so it is never left stale; the processes the
+# launcher started inherit it, and hold LOGDIR until they end too. Who holds it (host, process, start time) is
+# written beside it, LOGDIR/.launcher.holder, for the refusal to name. A file system without locks is said
+# and not protected (the logs' numbers are still reserved one by one: reserve_log).
+_lock_fd=''
+lock_logdir() {
+  local lock="${LOGDIR}/.launcher.lock" holder="${LOGDIR}/.launcher.holder" rc=0 job=''
+  command -v flock >/dev/null || die "flock (util-linux) not found: it keeps a second launcher out of LOGDIR"
+  exec {_lock_fd}<>"${lock}" || die "LOGDIR=${LOGDIR}: cannot open ${lock} (is LOGDIR writable?)"
+  flock --nonblock --conflict-exit-code 75 "${_lock_fd}" || rc=$?
+  if ((rc == 75)); then
+    die "LOGDIR=${LOGDIR} is in use by $(_lock_holder "${holder}"): wait for it to end, or give another LOGDIR"
+  elif ((rc != 0)); then
+    echo "WARNING: LOGDIR=${LOGDIR}: its file system does not lock files (flock exit ${rc}): nothing keeps a" \
+      "second launcher out of it" >&2
+    return 0
+  fi
+  if [[ -n ${SLURM_JOB_ID:-} ]]; then job=" (SLURM job ${SLURM_JOB_ID})"; fi
+  printf '%s\t%s\t%s\t%s\n' "${HOSTNAME}" "$$" "$(date +%s)" "${RUNNER}${job}" >"${holder}.$$.tmp"
+  mv -f -- "${holder}.$$.tmp" "${holder}"
+}
+
+# _lock_holder FILE: the launcher that holds LOGDIR's lock, in words, from FILE (host, pid, start, name). Its
+# holder may not have written FILE yet (it does right after taking the lock), or FILE may still name the one
+# before: read again for up to 2 s while FILE is missing or names a process of this host that has ended.
+_lock_holder() {
+  local file=$1 host='' pid='' start='' who='' tries=0 words
+  while ((tries++ < 20)); do
+    if [[ -f ${file} ]] && IFS=$'\t' read -r host pid start who <"${file}" && [[ ${pid} =~ ^[0-9]+$ ]] &&
+      [[ ${host} != "${HOSTNAME}" || -d /proc/${pid} ]]; then
+      break
+    fi
+    sleep 0.1
+  done
+  [[ -n ${who} && ${start} =~ ^[0-9]+$ ]] || {
+    echo "another launcher (it has not said which: ${file} is missing or unreadable)"
+    return 0
+  }
+  words="${who}, process ${pid} on ${host}, started $(date -u -d "@${start}" '+%Y-%m-%d %H:%M:%S UTC')"
+  if [[ ${host} == "${HOSTNAME}" && ! -d /proc/${pid} ]]; then
+    words+=" (that process has ended; what it started still runs and holds the lock)"
+  fi
+  echo "${words}"
+}
+
+# reserve_log: the next run's log, LOGDIR/<prefix>_<i>.log for the lowest i above every log there, created
+# here and now with O_CREAT|O_EXCL (bash's noclobber), so that two writers, even past the lock, never share a
+# file: the one that loses takes the next number. Sets _tag (<prefix>_<i>) and _log.
+reserve_log() {
+  local index
+  index=$(next_index)
+  until (set -o noclobber && : >"${LOGDIR}/${_prefix}_${index}.log") 2>/dev/null; do
+    [[ -e ${LOGDIR}/${_prefix}_${index}.log ]] ||
+      die "cannot create ${LOGDIR}/${_prefix}_${index}.log (is LOGDIR writable?)"
+    index=$((index + 1))
+  done
+  _tag="${_prefix}_${index}" _log="${LOGDIR}/${_prefix}_${index}.log"
 }
 
 # The free space of LOGDIR in KiB, as df reports it to a user (the blocks kept for root left out).
@@ -329,6 +468,9 @@ check_logdir_space() {
 config_env() {
   local name
   ((${#_config_names[@]} > 0)) || die "${_config_file} exports no variables"
+  for name in "${_config_names[@]}"; do # (a file the config sources, saved on Windows)
+    if [[ ${!name:-} == *$'\r'* ]]; then _refuse_crlf "${name}" "${_config_file}"; fi
+  done
   echo "Config ${_config_file}: ${_config_names[*]}"
   export CONFIG_VARS="${_config_names[*]}"
   _missing_in_shell
@@ -462,6 +604,10 @@ reexec_with_sigint() {
     "coreutils 8.31): SIGINT will not stop it, SIGTERM will" >&2
 }
 
+# stop_run SIG: pass the signal that stopped the launcher (INT or TERM) on to the run's process group, so that
+# the trainer's outcome names the signal that arrived (SIGINT for a Ctrl-C). run.sub redefines it for srun.
+stop_run() { kill -s "$1" -- "-${_run_pid}"; }
+
 _run_pid='' _tee_pid='' _fifo_dir=''
 _on_exit() {
   local rc=$?
@@ -477,8 +623,10 @@ _on_signal() { # stop the run in progress; its log keeps what it wrote; _on_exit
   trap '' INT TERM
   echo "${RUNNER}: caught SIG$1, stopping" >&2
   if [[ -n ${_run_pid} ]]; then
-    kill -TERM -- "-${_run_pid}" 2>/dev/null || echo "(the run had already ended)" >&2
+    stop_run "$1" 2>/dev/null || echo "(the run had already ended)" >&2
     wait "${_run_pid}" || echo "run stopped (exit $?); partial log: ${_log}" >&2
+    # what outlived the run in its group: a background child of a script, started with SIGINT ignored
+    kill -TERM -- "-${_run_pid}" 2>/dev/null || : # (none: the usual case)
   elif [[ -n ${_tee_pid} ]]; then
     : >"${_fifo_dir}/output" # no run to write: tee, waiting for one, gets an empty output
   fi
@@ -497,14 +645,17 @@ install_traps() {
 # The NEXP runs, each with its compliance check, then the host's settings put back and the score of LOGDIR;
 # exits with the verdict.
 run_experiments() {
-  local k tag seed rc tee_rc score_rc=0 failures=() first
-  first=$(next_index)
+  local k tag seed rc tee_rc score_rc=0 failures=() log_fd
   _fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mlperf_run.XXXXXX") || die "could not create a temporary folder"
   mkfifo "${_fifo_dir}/output"
   _restore_pending=${_tune_host}
   for ((k = 1; k <= NEXP; k++)); do
-    tag="${_prefix}_$((first + k - 1))"
-    _log="${LOGDIR}/${tag}.log"
+    reserve_log
+    tag=${_tag}
+    # Held while the run writes its log (and by what it starts): the scorer counts only logs nobody holds.
+    exec {log_fd}<>"${_log}"
+    flock --nonblock "${log_fd}" ||
+      echo "WARNING: could not lock ${_log} (flock exit $?): a scorer may take it for ended" >&2
     if [[ -n ${SEED:-} ]]; then # a fixed first seed (to repeat runs): SEED, SEED+1, ... for the trials
       seed=$((SEED + k - 1))
     else
@@ -533,6 +684,7 @@ run_experiments() {
     if wait "${_run_pid}"; then rc=0; else rc=$?; fi
     if wait "${_tee_pid}"; then tee_rc=0; else tee_rc=$?; fi
     _run_pid='' _tee_pid=''
+    exec {log_fd}<&-
     if ((tee_rc != 0)); then # the next runs' logs could not be written either
       failures+=("trial ${k} (${_log}): $(describe_log_failure "${tee_rc}") (the run's own exit: ${rc})")
       if ((k + 1 == NEXP)); then

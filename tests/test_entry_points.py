@@ -13,7 +13,7 @@ from training.benchmarks import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["training.preflight", "training.doctor", "training.benchmarks", "training.scoring",
-         "training.scoring.compliance", "training.common.outcome"]  # fmt: skip
+         "training.scoring.compliance", "training.common.outcome", "training.prepare_hint"]  # fmt: skip
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

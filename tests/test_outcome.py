@@ -127,6 +127,18 @@ def test_sigterm_is_written_as_interrupted(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["toy_1.outcome.json"]  # no temporary file left
 
 
+def test_sigint_is_named_and_the_first_signal_wins(tmp_path):
+    """A Ctrl-C reaches the trainer as SIGINT (the launcher passes on the signal it got): the outcome names
+    it, and a SIGTERM right after (torchrun's or srun's echo) neither replaces it nor cuts its writing."""
+    proc = run_entry(tmp_path, "sleep")
+    assert proc.stdout.readline() == "started\n"
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGINT
+    assert "toy: interrupted: SIGINT" in proc.stderr.read()
+    assert outcome.read(tmp_path / "toy_1.log").describe() == "interrupted: SIGINT"
+
+
 @pytest.mark.parametrize("rank", ["0", "3"])
 def test_a_sigterm_after_the_run_s_end_is_the_teardown_s_not_the_run_s(tmp_path, rank):
     """torchrun stops the other ranks when the first exits non-zero (every rank of a run that did not

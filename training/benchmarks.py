@@ -35,6 +35,11 @@ class Benchmark:
     runs: int  # runs an official score needs
     data_verifier: str  # `python -m <this> DATADIR`: the fast check of the prepared data (exit 0: fine)
     prepare: str  # the data preparation script, relative to the repository root
+    # what `prepare_data.sh --outputdir DIR` takes besides (training.prepare_hint writes the command): for the
+    # full data, for the CPU-sized sample of the CPU_DEMO configs, and the folder of DIR that DATADIR is
+    prepare_flags: str = ""
+    sample_flags: str = "--sample"
+    datadir_in_output: str = ""
 
     @property
     def ruleset(self) -> str:
@@ -70,18 +75,22 @@ BENCHMARKS = {
         Benchmark(
             "bert", "BERT-Large phase 2 (packed Wikipedia)", "training.bert", BERT_ROUNDS, 0.720, True,
             "epoch_num", 10, "input_preprocessing.bert.verify", "input_preprocessing/bert/prepare_data.sh",
+            prepare_flags="--packed-data",
+            sample_flags="--packed-data --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 "
+            "--vocab input_preprocessing/bert/sample/bert_uncased_vocab.txt --shards 8 --eval-samples 500 "
+            "--max-seq-length 128 --max-predictions-per-seq 20",
         ),
         Benchmark(
             "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", ("5.1.0", "6.0.0", "6.1.0"),
             3.3, False,
             "samples_count", 10, "input_preprocessing.llama31_8b.verify",
-            "input_preprocessing/llama31_8b/prepare_data.sh",
+            "input_preprocessing/llama31_8b/prepare_data.sh", datadir_in_output="data",
         ),
         Benchmark(
             "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "training.llama2_70b_lora",
             ("4.0.0", "4.1.0", "5.0.0", "5.1.0", "6.0.0", "6.1.0"), 0.925, False, "samples_count", 10,
             "input_preprocessing.llama2_70b_lora.verify",
-            "input_preprocessing/llama2_70b_lora/prepare_data.sh",
+            "input_preprocessing/llama2_70b_lora/prepare_data.sh", sample_flags="--sample --seq-len 256",
         ),
         Benchmark(
             "flux1", "Flux.1-schnell text-to-image pretraining (CC12M)", "training.flux1", ("6.0.0", "6.1.0"),

@@ -59,9 +59,10 @@ def test_every_setting_changed_is_restored_when_stopped(launch, host):
 )
 def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint, impatient):
     """A user's Ctrl-C on the launcher's terminal: SIGINT to its process group (the run and its tee are groups
-    of their own, which it stops with SIGTERM). The run writes its outcome, interrupted; the log says why it
-    ended; the host is put back; exit 130. Also when started with SIGINT ignored, as a script's `cmd &` is,
-    and when Ctrl-C is pressed again and again while it stops (it once killed the restore of the host)."""
+    of their own: it passes the SIGINT on to the run). The run writes its outcome (SIGINT); its log
+    says why it ended; the host is put back; exit 130. Also when started with SIGINT ignored, as a script's
+    `cmd &` is, and when Ctrl-C is pressed again and again while it stops (it once killed the restore of the
+    host)."""
     before = kernel_settings(host)
     master, slave = os.openpty()
     try:
@@ -81,7 +82,7 @@ def test_ctrl_c_stops_the_run_and_puts_the_host_back(launch, host, sigint, impat
     assert out.count("caught SIGINT") == 1 and "runtime tunables restored" in out
     assert kernel_settings(host) == before
     outcome = json.loads((launch.logdir / f"{PREFIX}_1.outcome.json").read_text())
-    assert (outcome["status"], outcome["detail"]) == ("interrupted", "SIGTERM")
+    assert (outcome["status"], outcome["detail"]) == ("interrupted", "SIGINT")  # the signal that arrived
     assert "run_with_docker.sh: run stopped by SIGINT" in (launch.logdir / f"{PREFIX}_1.log").read_text()
     wait_for(lambda: not process_alive(int(pidfile.read_text())), timeout=5, what="the training to end")
     assert launch.logs() == [f"{PREFIX}_1.log"] and launch.module_calls("training.scoring") == []

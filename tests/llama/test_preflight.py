@@ -61,10 +61,15 @@ def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(de
     assert "llama31_8b: attention (auto)" in ok.stdout and "preflight: llama31_8b OK" in ok.stdout
     empty = tmp_path / "empty"
     empty.mkdir()
+    (empty / "notes.txt").write_text("not the data\n")
     bad = run_preflight({**env, "DATADIR": str(empty)})
     assert bad.returncode == 1
     assert f"missing: {empty}/wiki-train_text_document.bin" in bad.stderr  # the verifier's word
     assert "preflight: llama31_8b FAILED" in bad.stdout
+    assert bad.stderr.splitlines()[-1] == (  # what to do, last
+        f"preflight: to prepare DATADIR for llama31_8b: BENCHMARK=llama31_8b "
+        f"./input_preprocessing/prepare_data.sh --outputdir {empty} --sample"
+    )
     unknown = run_preflight({**env, "DATADIR": str(demo_data), "BENCHMARK": "llama2_70b_lora_typo"})
     assert unknown.returncode == 1 and "BENCHMARK=llama2_70b_lora_typo is not one of bert" in unknown.stderr
 
@@ -78,3 +83,18 @@ def test_a_missing_fp8_backend_is_a_preflight_problem(monkeypatch, demo_data, tm
     assert "FP8 needs Transformer Engine or torchao; neither is importable" in problem
     assert check({**env, "PRECISION": "bf16"}) == []
     assert auto_backend().startswith("none (")  # what the doctor shows
+
+
+def test_an_eval_set_too_short_ends_with_the_command(demo_data, tmp_path, monkeypatch, capsys):
+    from training import preflight
+
+    env = {**DEMO, "DATADIR": str(demo_data), "INDEX_CACHE_DIR": str(tmp_path / "idx"), "SEQ_LENGTH": "8192"}
+    for name, value in {**env, "CONFIG_VARS": " ".join(DEMO)}.items():
+        monkeypatch.setenv(name, value)
+    assert preflight.main([]) == 1
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight: ")]
+    assert len(said) == 2 and "fewer than the 8388609 that EVAL_SAMPLES=1024 sequences" in said[0]
+    assert said[1] == (
+        f"preflight: to prepare DATADIR for llama31_8b: BENCHMARK=llama31_8b "
+        f"./input_preprocessing/prepare_data.sh --outputdir {demo_data} --sample"
+    )

@@ -4,6 +4,7 @@ enroot, apptainer, none), and the loop it shares with run_with_docker.sh. Each t
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -251,6 +252,25 @@ def test_sigterm_stops_the_run_and_removes_the_enroot_container(job):
     assert srun_calls(job)[-2][-3:] == [str(REPO / "runtime_tunables.sh"), "--restore", str(job.logdir)]
 
 
+def test_ctrl_c_reaches_the_tasks_as_sigint(job):
+    """A Ctrl-C of run.sub stops the run with SIGINT, and the run's outcome names it. (The fake srun runs the
+    tasks in its own process group: it does not play srun's rule that only a second SIGINT within a second
+    reaches the tasks, which run.sub's stop_run follows.)"""
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "run.sub")],
+        env={**job.env, "FAKE_SLEEP_TAGS": f"{PREFIX}_1"},
+        cwd=job.tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for((job.tmp / "state" / f"{PREFIX}_1.pid").exists, what="the run to start")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert '"detail": "SIGINT"' in (job.logdir / f"{PREFIX}_1.outcome.json").read_text()
+
+
 def test_run_sub_is_strict_and_shares_the_loop():
     text = (REPO / "run.sub").read_text()
     assert (REPO / "run.sub").stat().st_mode & 0o111
@@ -269,3 +289,28 @@ def test_shellcheck_fakes(fake):
         [bin_tool("shellcheck"), "--shell=bash", str(fake)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_a_second_job_on_the_same_logdir_refuses(job):
+    """The job submitted twice: the second refuses in one line naming the first's job and process."""
+    first = subprocess.Popen(
+        ["bash", str(REPO / "run.sub")],
+        env={**job.env, "FAKE_SLEEP_TAGS": f"{PREFIX}_1"},
+        cwd=job.tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for((job.tmp / "state" / f"{PREFIX}_1.pid").exists, what="the first job's run to start")
+    second = job.run("run.sub", SLURM_JOB_ID="43")
+    assert second.returncode == 2
+    errors = [line for line in second.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"run.sub: error: LOGDIR={job.logdir} is in use by run.sub (SLURM job 42), process {first.pid} on "
+        f"{socket.gethostname()}, started 20"
+    )
+    assert [p.name for p in job.logdir.glob("*.log")] == [f"{PREFIX}_1.log"]
+    assert len(job.module_calls("training.preflight")) == 1
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=30)
+    assert first.returncode == 143

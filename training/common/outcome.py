@@ -52,8 +52,9 @@ class DataError(RuntimeError):
 
 
 class Interrupted(BaseException):
-    """SIGTERM (torchrun's and the launcher's stop) raised in the main thread, so that the run's end is
-    written like any other; a BaseException like KeyboardInterrupt, so no `except Exception` swallows it."""
+    """SIGTERM or SIGINT (the launcher passes on the one it got: SIGINT for a Ctrl-C) raised in the main
+    thread, so that the run's end is written like any other, naming the signal; a BaseException like
+    KeyboardInterrupt, so no `except Exception` swallows it."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -136,7 +137,15 @@ def write(path: Path, outcome: Outcome, rank: int) -> None:
         print(f"could not write the run's outcome to {path}: {err}", file=sys.stderr)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def _raise_interrupted(signum, frame) -> NoReturn:
+    """The first stop signal is the one named. Those after it are ignored: torchrun passes on to its workers
+    the signal their process group got too, and srun follows a SIGINT with SIGTERM; a second raise would cut
+    short the writing of the first one's outcome, or name the echo instead of the cause."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signum)
 
 
@@ -149,7 +158,8 @@ def run(main: Callable[[], Outcome], prog: str) -> NoReturn:
     global _run_end
     env = os.environ  # the entry point's own reading: the config may be what failed
     rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
-    signal.signal(signal.SIGTERM, _raise_interrupted)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_interrupted)
     raised, _run_end = False, None
     try:
         outcome = main()

@@ -174,6 +174,17 @@ def _primus_min_lr(value: str, env: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
+def _primus_decay(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    """AMD's Primus 8B: the cosine's length, which is MAX_STEPS - WARMUP_STEPS here (the rules' schedule)."""
+    steps, warmup = _int(env, "MAX_STEPS", default=0), _int(env, "WARMUP_STEPS", default=0)
+    if _int({"PRIMUS_LR_DECAY_ITERS": value}, "PRIMUS_LR_DECAY_ITERS") != steps - warmup:
+        raise VendorError(
+            f"PRIMUS_LR_DECAY_ITERS={value}: the 8B's cosine runs MAX_STEPS - WARMUP_STEPS = "
+            f"{steps - warmup} steps here, as the rules fix it; set it to that"
+        )
+    return {}
+
+
 def _steps_to_samples(name: str, ours: str) -> Callable[[str, Mapping[str, str]], dict[str, str]]:
     """A count of optimizer steps (or batches) of the global batch, as our count of samples."""
 
@@ -670,6 +681,18 @@ ROWS: list[VendorVar] = [
         _hybrid_recipe,
         ("llama31_8b",),
     ),
+    *_honored(
+        "PRIMUS_LR_DECAY_ITERS",
+        "AMD's Primus 8B cosine horizon: MAX_STEPS - WARMUP_STEPS here, as the rules fix it",
+        _primus_decay,
+        ("llama31_8b",),
+    ),
+    *_honored(
+        "TENSOR_PARALLEL_SIZE",
+        "TTA's 8B name for the tensor-parallel size, our TP",
+        _same("TP"),
+        ("llama31_8b",),
+    ),
     *_honored("TARGET_EVAL_LOSS", "AMD's Primus 8B: our TARGET", _same("TARGET"), ("llama31_8b",)),
     *_honored("MLLOG_TARGET_EVAL_LOSS", "AMD's Primus: our TARGET", _same("TARGET"), LLAMA),
     *_honored(
@@ -767,6 +790,32 @@ ROWS: list[VendorVar] = [
         "NVIDIA's submitter name and submission status for its packaging scripts; the logs here take "
         "MLPERF_SUBMISSION_ORG and log status onprem",
         "MLPERF_SUBMITTER MLPERF_STATUS",
+        LLAMA,
+    ),
+    *_na(
+        PROFILING,
+        "ROCTRACER_LOG ROCTRACER_LOG_LEVEL TORCHPROF_PROFILE_MEMORY TORCHPROF_WITH_STACK "
+        "TORCHPROF_RECORD_SHAPES TORCHPROF_WITH_FLOPS NSYS NSYS_OUT",
+        LLAMA,
+    ),
+    *_na(
+        "a partner's cluster launcher (account, partition, image, job folder, binding, retries, clocks, "
+        "paths inside its job); the launchers here take DATADIR, LOGDIR, CONT and SLURM's own settings",
+        "ACCOUNT PARTITION TIME MAX_RETRIES IMAGE JOB_DIR PREPROCESSED_PATH TOKENIZER_PATH TMP_NPY_INDEX "
+        "IB_BIND CPU_EXCLUSIVE BASE_TIME MAX_GPU_CLK HOST USER",
+        LLAMA,
+    ),
+    *_na(
+        "HPE's API-logging harness (config_common_apilogs.sh: its precision, model name, framework and batch "
+        "labels); the logs here are MLLOG lines",
+        "APILOG_PRECISION APILOG_MODEL_NAME FRAMEWORK BATCHSIZE",
+        ("llama2_70b_lora",),
+    ),
+    *_na(TE_ONLY, "USE_TE_OPTS", LLAMA),
+    *_library(
+        "NCCL and the CUDA libraries' search paths",
+        "NCCL_IGNORE_COLLNET_MISMATCH NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_IB_GID_INDEX NCCL_NET_GDR_LEVEL "
+        "NCCL_ALGO NCCL_IGNORE_CPU_AFFINITY NCCL_IB_DISABLE NCCL_DEBUG CUDNN_PATH LD_LIBRARY_PATH",
         LLAMA,
     ),
     *_library(

@@ -15,6 +15,9 @@ A scaling.json beside the logs is applied as the summarizer applies it; where th
 factor, the summary gives both scores.
 Exit status: 0 when every run converged, 1 when one did not (the summary lists why), 2 when no summary was
 written (no logs, or it could not be written: the error names the file).
+A log still being written (its launcher holds a lock on it while the run lasts) is not counted, and said so.
+One scoring of a folder at a time (the later waits); a summary already there that counts a run this scoring
+does not (one that ended meanwhile) is kept, and said so.
 
 --package OUTDIR also writes the runs' MLCommons submission tree into OUTDIR (new or empty; see package.py)
 and runs mlperf-logging's package checker on it; the exit status is then its verdict: 0 accepted,
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from . import package
 from .division import DIVISIONS
-from .report import write_summary
+from .report import NewerSummary, scoring_lock, write_summary
 from .score import score_logdir
 
 
@@ -53,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.package:
             package.refuse_nonempty(args.package)  # before the minutes of scoring
-        summary = score_logdir(args.logdir, args.ruleset, args.division, args.rcp_table)
-        markdown = write_summary(summary, args.out or args.logdir)
+        with scoring_lock(args.logdir):
+            summary = score_logdir(args.logdir, args.ruleset, args.division, args.rcp_table)
+            markdown = write_summary(summary, args.out or args.logdir)
+    except NewerSummary as e:
+        print(f"training.scoring: {e}")
+        return 0 if summary["ok"] else 1
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from training.common.console import METRICS
@@ -100,12 +103,52 @@ def plot_eval_accuracy(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+class NewerSummary(Exception):
+    """The summary in the folder counts a run that the one to be written does not: it is kept."""
+
+
+@contextlib.contextmanager
+def scoring_lock(logdir: Path) -> Iterator[None]:
+    """One scoring of `logdir` at a time (a lock on the folder itself, waited for; no file is added): the
+    later one reads the logs after the earlier one has written its summary, so it counts every run the
+    earlier one counted. Where the folder cannot be locked (a file system without locks), nothing is."""
+    try:
+        fd = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # (no such folder: the scoring says so)
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def newer_runs(summary: dict, out: Path) -> list[str]:
+    """The logs that out/summary.json counts, that still lie in the scored folder, and that `summary` does
+    not count (a run that ended after this scoring read the folder, and that a later scoring counted)."""
+    try:
+        old = json.loads((Path(out) / "summary.json").read_text())
+        counted = {row["log"] for row in old["runs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    ours = {row["log"] for row in summary["runs"]}
+    return sorted(name for name in counted - ours if (Path(summary["logdir"]) / name).is_file())
+
+
 def write_summary(summary: dict, out: Path) -> str:
     """Write summary.md, summary.json and eval_accuracy.png into `out`; return the markdown. All or nothing:
     each is written to a temporary file beside it and the three are renamed over the old ones only once all
     are whole, so a full disk or a plotting error leaves the previous summary as it was, and no temporary
-    file. A failure raises OSError naming the file."""
+    file. A failure raises OSError naming the file. A summary there that counts a run this one does not
+    (`newer_runs`) is never replaced: NewerSummary names the runs."""
     out = Path(out)
+    if newer := newer_runs(summary, out):
+        raise NewerSummary(
+            f"kept {out / 'summary.md'}: it counts {', '.join(newer)}, which ended after this scoring read "
+            "the folder"
+        )
     markdown = to_markdown(summary)
     writers = {
         "summary.md": lambda path: path.write_text(markdown),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 from dataclasses import dataclass, field
@@ -161,3 +162,16 @@ def find_logs(logdir: Path) -> list[Path]:
             if any(TOKEN in line for line in f):
                 found.append(path)
     return sorted(found, key=_natural_key)
+
+
+def in_progress(path: Path) -> bool:
+    """Whether a run is still writing the log `path`: the launchers hold a lock on each log (flock) for as
+    long as its run lasts, and the kernel drops it when the run's processes end, however they end."""
+    try:
+        with open(path, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: nothing tells a run in progress
+        return False
+    return False

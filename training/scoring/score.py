@@ -19,7 +19,7 @@ from .division import choose_division
 from .rcp_tables import choose_table
 from .rounds import choose_ruleset
 from .rules import BENCHMARKS, rules_for
-from .runs import INCOMPLETE, Run, find_logs, read_run
+from .runs import INCOMPLETE, Run, find_logs, in_progress, read_run
 
 
 def olympic_mean(minutes: list[float | None]) -> tuple[float | None, str]:
@@ -120,7 +120,11 @@ def score_logdir(
     if not logdir.is_dir():
         raise ValueError(f"{logdir}: not a folder")
     logs = find_logs(logdir)
+    running = [path.name for path in logs if in_progress(path)]
+    logs = [path for path in logs if path.name not in running]
     if not logs:
+        if running:
+            raise ValueError(f"{logdir}: no finished run: {', '.join(running)} still running")
         raise ValueError(f"{logdir}: no MLPerf logs (*.txt or *.log files with :::MLLOG lines)")
     runs = [read_run(path) for path in logs]
     rules = rules_for(_benchmark_of(runs, logdir), logdir)
@@ -140,6 +144,8 @@ def score_logdir(
     table = choose_table(ruleset, rules.name, rcp_table)
     shipped = read_scaling(logdir)
     notes = []
+    if running:
+        notes.append(f"Still running, not counted: {', '.join(running)} (its launcher holds the log).")
 
     rows = []
     for run in runs:
@@ -256,5 +262,6 @@ def score_logdir(
         "score_minutes": mean * factor if official else None,
         "score_minutes_with_rcp_factor": with_rcp_factor,
         "notes": notes,
+        "running": running,
         "ok": all(row["converged"] for row in rows),
     }

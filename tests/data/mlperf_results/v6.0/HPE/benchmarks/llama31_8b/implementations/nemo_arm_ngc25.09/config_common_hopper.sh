@@ -1,0 +1,2 @@
+export OVERLAP_GRAD_REDUCE=True
+export OVERLAP_PARAM_GATHER=True
