@@ -114,11 +114,17 @@ def benchmark_packages() -> dict[str, set[str]]:
 
 def test_the_trees_keep_their_layers():
     packages = benchmark_packages()
-    assert packages["training"] == {"training.bert", "training.llama31_8b", "training.llama2_70b_lora"}
+    assert packages["training"] == {
+        "training.bert",
+        "training.llama31_8b",
+        "training.llama2_70b_lora",
+        "training.flux1",
+    }
     assert packages["input_preprocessing"] == {
         "input_preprocessing.bert",
         "input_preprocessing.llama31_8b",
         "input_preprocessing.llama2_70b_lora",
+        "input_preprocessing.flux1",
     }
     assert violations(ROOT, packages) == []
 

@@ -12,7 +12,12 @@ from training import convergence
 from training.benchmarks import BENCHMARKS
 from training.scoring import report
 
-WORDS = {"bert": "masked-LM accuracy", "llama31_8b": "log perplexity", "llama2_70b_lora": "eval loss"}
+WORDS = {
+    "bert": "masked-LM accuracy",
+    "llama31_8b": "log perplexity",
+    "llama2_70b_lora": "eval loss",
+    "flux1": "validation loss",
+}
 
 
 @pytest.fixture

@@ -126,6 +126,7 @@ def test_a_vendor_name_and_ours_given_with_one_value_agree():
         ("MINIBS LR MAX_STEPS SKIP_EVALS LORA_A2A FP8_AMAX_HISTORY TP", "llama2_70b_lora"),
         ("NNODES GPUS_PER_NODE SIZE GBS MBS MAX_LR WARMUP_STEPS EVAL_EVERY", "llama31_8b"),
         ("MINIBS TENSOR_MODEL_PARALLEL MODEL_SIZE TARGET_LOG_PPL VAL_SAMPLES LR", "llama31_8b"),
+        ("BATCHSIZE LEARNING_RATE MBS WARMUP_STEPS COMPILE_DIT COMPILE_DIT_STRATEGY", "flux1"),
     ],
 )
 def test_the_benchmark_of_a_config_that_does_not_say_it_is_told_by_its_names(names, bench):
@@ -142,11 +143,13 @@ def test_a_config_whose_benchmark_cannot_be_told_is_named_with_what_to_do():
         None,
         "none of its names is one benchmark's own",
     )
-    bench, why = vendor_vars.guess_benchmark(["BATCHSIZE", "LORA_DIM"])
+    bench, why = vendor_vars.guess_benchmark(["OPT_LAMB_BETA_1", "LORA_DIM"])
     assert bench is None and "several benchmarks" in why
     env = {"PATH": os.environ["PATH"], "CONFIG_VARS": "LR MAX_STEPS NNODES", "NNODES": "2"}
     done = launcher(env)
-    assert done.returncode == 2 and "export BENCHMARK=bert | llama2_70b_lora | llama31_8b" in done.stderr
+    assert (
+        done.returncode == 2 and "export BENCHMARK=bert | llama2_70b_lora | llama31_8b | flux1" in done.stderr
+    )
     env["CONFIG_VARS"] += " SIZE GBS"
     done = launcher(env)
     assert done.returncode == 0 and done.stdout.split() == ["BENCHMARK=llama31_8b", "DGXNNODES=2"]

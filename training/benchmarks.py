@@ -92,6 +92,11 @@ BENCHMARKS = {
             "input_preprocessing.llama2_70b_lora.verify",
             "input_preprocessing/llama2_70b_lora/prepare_data.sh", sample_flags="--sample --seq-len 256",
         ),
+        Benchmark(
+            "flux1", "Flux.1-schnell text-to-image pretraining (CC12M)", "training.flux1", ("6.0.0", "6.1.0"),
+            0.586, False, "samples_count", 10, "input_preprocessing.flux1.verify",
+            "input_preprocessing/flux1/prepare_data.sh",
+        ),
     )
 }  # fmt: skip
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHMARKS = ("bert", "llama31_8b", "llama2_70b_lora")
+BENCHMARKS = ("bert", "llama31_8b", "llama2_70b_lora", "flux1")
 
 
 @pytest.fixture(scope="module")

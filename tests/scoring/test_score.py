@@ -79,6 +79,7 @@ def test_rules_pinned():
         ("bert", "5.0.0", 0.720, True, "epoch_num", 10),
         ("llama31_8b", "6.1.0", 3.3, False, "samples_count", 10),
         ("llama2_70b_lora", "6.1.0", 0.925, False, "samples_count", 10),
+        ("flux1", "6.1.0", 0.586, False, "samples_count", 10),
     }
     # every round listed has the benchmark's rules in the pinned mlperf-logging
     for b in BENCHMARKS.values():

@@ -37,7 +37,12 @@ EVAL_LINE = re.compile(r"^eval at \d+ samples: ")  # the trainers' own
 SAMPLE_LIMIT = "sample limit"  # the MLPerf loop's line: `<prog>: sample limit N (S steps of B samples)`
 LIMIT_LINE = re.compile(rf"^\S+: {SAMPLE_LIMIT} (\d+) ")
 # what each benchmark's eval_accuracy is, in words
-METRICS = {"bert": "masked-LM accuracy", "llama31_8b": "log perplexity", "llama2_70b_lora": "eval loss"}
+METRICS = {
+    "bert": "masked-LM accuracy",
+    "llama31_8b": "log perplexity",
+    "llama2_70b_lora": "eval loss",
+    "flux1": "validation loss",
+}
 REPORT_LINES = 400  # a torchrun report longer than this is not one: its lines are shown again
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 HONORED, LIBRARY, NOT_APPLICABLE = "honored", "library", "not applicable"
-ALL = ("bert", "llama2_70b_lora", "llama31_8b")
+ALL = ("bert", "llama2_70b_lora", "llama31_8b")  # the rows' default; flux1's rows are their own block
 LLAMA = ("llama2_70b_lora", "llama31_8b")
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "", "null", "none")
@@ -872,6 +872,115 @@ ROWS: list[VendorVar] = [
     *_library("SLURM's (sbatch and srun read them)", "SLURM_NTASKS SBATCH_NETWORK"),
 ]
 
+# ---- flux1 (AMD's v6.0 flux1 configs, their run scripts and conf/flux1_schnell.yaml) ----
+FLUX = ("flux1",)
+
+
+def _val_check_flux(value: str, env: Mapping[str, str]) -> dict[str, str]:
+    """AMD's flux1 (NeMo's trainer.val_check_interval): optimizer steps between evaluations; ours
+    EVAL_EVERY samples = VAL_CHECK_INTERVAL x BATCHSIZE (its global batch)."""
+    steps = _int({"VAL_CHECK_INTERVAL": value}, "VAL_CHECK_INTERVAL")
+    gbs = _int(env, "BATCHSIZE", "GBS", default=0)
+    if gbs <= 0:
+        raise VendorError(
+            f"VAL_CHECK_INTERVAL={value} (steps, AMD's flux1) needs the global batch: set BATCHSIZE"
+        )
+    return {"EVAL_EVERY": str(steps * gbs)}
+
+
+def _one_way(name: str, what: str) -> Callable[[str, Mapping[str, str]], dict[str, str]]:
+    """A parallel size AMD's flux1 logs (MLLOG_*_PARALLELISM): 1 is the one layout here."""
+
+    def to(value: str, env: Mapping[str, str]) -> dict[str, str]:
+        if _int({name: value}, name) != 1:
+            raise VendorError(
+                f"{name}={value}: {what} is not built for flux1 here (data parallel only); set 1"
+            )
+        return {}
+
+    return to
+
+
+FLUX_ROWS: list[VendorVar] = [
+    *_honored(
+        "VAL_CHECK_INTERVAL",
+        "AMD's flux1: steps between evaluations; EVAL_EVERY = it x BATCHSIZE",
+        _val_check_flux,
+        FLUX,
+    ),
+    *_honored(
+        "LOG_EVERY_N_STEPS", "AMD's flux1 (NeMo's log_every_n_steps): our LOG_FREQ", _same("LOG_FREQ"), FLUX
+    ),
+    *[
+        r
+        for name, what in (
+            ("MLLOG_TENSOR_PARALLELISM", "tensor parallelism"),
+            ("MLLOG_PIPELINE_PARALLELISM", "pipeline parallelism"),
+            ("MLLOG_CONTEXT_PARALLELISM", "context parallelism"),
+        )
+        for r in _honored(name, f"AMD's flux1 {what} size (logged); 1 here", _one_way(name, what), FLUX)
+    ],
+    *_na(
+        "AMD's flux1 Hydra config groups and extra overrides of its NeMo trainer; this toolkit's trainer "
+        "reads its settings from the config's variables",
+        "MODEL DATA EXTRA_ARGS",
+        FLUX,
+    ),
+    *_na(
+        "AMD's compile strategy (which regions of its NeMo DiT torch.compile takes); COMPILE_DIT=1 here "
+        "compiles each double and single block",
+        "COMPILE_DIT_STRATEGY",
+        FLUX,
+    ),
+    *_na(
+        "Megatron's distributed optimizer, sharding strategy, custom FSDP, buckets and overlap of its "
+        "DDP; the data parallelism here is FSDP2, which shards the optimizer state and overlaps its "
+        "collectives, reducing gradients in fp32",
+        "USE_DISTRIBUTED_OPTIMIZER SHARDING_STRATEGY USE_CUSTOM_FSDP BUCKET_SIZE GRAD_REDUCE_IN_FP32 "
+        "OVERLAP_PARAM_GATHER OVERLAP_GRAD_REDUCE DDP_AVERAGE_IN_COLLECTIVE FSDP SEGMENT",
+        FLUX,
+    ),
+    *_na(
+        "NeMo's LR hold (WarmupHoldPolicyScheduler): the LR here stays constant after the warm-up, as the "
+        "reference's and AMD's (whose default hold never ends)",
+        "HOLD_STEPS",
+        FLUX,
+    ),
+    *_na(
+        "AMD's untimed warm-up steps of its NeMo trainer (compilation, FP8 statistics); the runs here "
+        "compile inside the timed run",
+        "WARMUP_ENABLED WARMUP_TRAIN_STEPS WARMUP_VALIDATION_STEPS RESET_FP8_STATS_AFTER_WARMUP",
+        FLUX,
+    ),
+    *_na(CUDA_GRAPHS, "CUDA_GRAPH_IMPL", FLUX),
+    *_na(
+        "NeMo's CPU offloading of weights and activations; not implemented here",
+        "CPU_OFFLOADING CPU_OFFLOADING_ACTIVATIONS",
+        FLUX,
+    ),
+    *_na(PROFILING, "DISABLE_PRINT CHECK_FOR_NAN_IN_GRAD CK_FUSED_ATTN_LOG_CONFIG", FLUX),
+    *_na(TE_ONLY, "USE_TE_SWIGLU FUSED_SOFTMAX RMSNORM_CAST", FLUX),
+    *_na(AMD_ROCM, "USE_HIPBLASLT ENABLE_TRANSPOSE_CACHE", FLUX),
+    *_na(
+        TE,
+        "NVTE_RS_STRIDED_ATOMIC NVTE_FP8_DPA_BWD NVTE_FUSED_ATTN NVTE_FUSED_ATTN_CK NVTE_FUSED_ATTN_AOTRITON "
+        "NVTE_DEBUG NVTE_DEBUG_LEVEL NVTE_USE_HIPBLASLT NVTE_USE_CAST_TRANSPOSE_TRITON NVTE_CK_USES_BWD_V3 "
+        "NVTE_CK_USES_FWD_V3 NVTE_CK_IS_V3_ATOMIC_FP32 NVTE_LOG_CK_CONFIG NVTE_LOG_FUSED_ATTN_CONFIG",
+        FLUX,
+    ),
+    *_library("PyTorch's", "TORCH_BLAS_PREFER_HIPBLASLT", FLUX),
+    *_library("the ROCm runtime's", "HSA_NO_SCRATCH_RECLAIM", FLUX),
+    *_library("RCCL's", "RCCL_ENABLE_MULTI_STREAM RCCL_STREAM_PRIORITY", FLUX),
+    *_library(
+        "NCCL's (RCCL's)",
+        "NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_GID_INDEX NCCL_PXN_DISABLE NCCL_DEBUG",
+        FLUX,
+    ),
+    *_library("gloo's", "GLOO_SOCKET_IFNAME", FLUX),
+]
+ROWS += FLUX_ROWS
+# ---- end of flux1 ----
+
 # One row a name (and benchmark): checked by the tests.
 TABLE: dict[str, list[VendorVar]] = {}
 for _row in ROWS:
@@ -972,7 +1081,7 @@ def describe(record: Mapping[str, Mapping[str, str]]) -> list[str]:
 # and of no other benchmark's is that benchmark's.
 SIGNATURES = {
     "bert": frozenset(
-        "BATCHSIZE OPT_LAMB_BETA_1 OPT_LAMB_BETA_2 EVAL_ITER_SAMPLES EVAL_ITER_START_SAMPLES "
+        "OPT_LAMB_BETA_1 OPT_LAMB_BETA_2 EVAL_ITER_SAMPLES EVAL_ITER_START_SAMPLES "
         "PHASE PACKING_FACTOR TARGET_MLM_ACCURACY WARMUP_PROPORTION START_WARMUP_STEP "
         "WEIGHT_DECAY_RATE INIT_LOSS_SCALE".split()
     ),
@@ -983,6 +1092,7 @@ SIGNATURES = {
         "GBS MAX_LR SIZE MODEL_SIZE EVAL_EVERY START_EVAL_AT TARGET_LOG_PPL VAL_SAMPLES "
         "EVAL_SAMPLES GLOBAL_BATCH_SIZE OPT_LR_DECAY_STEPS".split()
     ),
+    "flux1": frozenset("COMPILE_DIT COMPILE_DIT_STRATEGY CPU_OFFLOADING_ACTIVATIONS LEARNING_RATE".split()),
 }
 
 
@@ -1039,8 +1149,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in values.items():
             print(f"{name}={value}")
         return 2 if problems else 0
-    if argv and argv[0] not in ALL:
-        print(f"usage: python -m training.common.vendor_vars [launcher | {' | '.join(ALL)}]", file=sys.stderr)
+    if argv and argv[0] not in (*ALL, *FLUX):
+        print(
+            f"usage: python -m training.common.vendor_vars [launcher | {' | '.join((*ALL, *FLUX))}]",
+            file=sys.stderr,
+        )
         return 2
     bench = argv[0] if argv else None
     for r in ROWS:

@@ -61,6 +61,10 @@ class Fp8Settings:
     # native: the forward GEMMs with cuBLASLt's fast accumulation, the gradients' with promoted partial sums
     # (Transformer Engine's and torchao's FP8 GEMM settings); False: every GEMM promoted
     fast_accum: bool = False
+    # the module-name prefixes of the transformer blocks whose linears run in FP8 (also after a dot: under a
+    # wrapper's prefix); the Llama models' and BERT's blocks are `layers.N`, diffusers' FLUX's
+    # `transformer_blocks.N` and `single_transformer_blocks.N`
+    block_prefixes: tuple[str, ...] = ("layers.",)
 
 
 @dataclass
@@ -140,11 +144,11 @@ def _rocm_arch() -> str:
     return torch.cuda.get_device_properties(0).gcnArchName
 
 
-def _fp8_linear(module: nn.Module, fqn: str) -> bool:
-    """FP8 for the projections inside the transformer blocks (`layers.N...`, also under Hugging Face's
-    `model.` prefix) only, not the output layer or heads (as NeMo's and NVIDIA's recipes), and only where
-    both dimensions are multiples of 16 (the FP8 GEMM's requirement)."""
-    in_block = fqn.startswith("layers.") or ".layers." in fqn
+def _fp8_linear(module: nn.Module, fqn: str, prefixes: tuple[str, ...] = ("layers.",)) -> bool:
+    """FP8 for the projections inside the transformer blocks (`layers.N...` by default, also under Hugging
+    Face's `model.` prefix) only, not the output layer or heads (as NeMo's and NVIDIA's recipes), and only
+    where both dimensions are multiples of 16 (the FP8 GEMM's requirement)."""
+    in_block = any(fqn.startswith(p) or f".{p}" in fqn for p in prefixes)
     return (
         isinstance(module, nn.Linear)
         and in_block
@@ -153,11 +157,13 @@ def _fp8_linear(module: nn.Module, fqn: str) -> bool:
     )
 
 
-def _swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
+def _swap_linears(
+    model: nn.Module, make: Callable[[nn.Linear], nn.Module], prefixes: tuple[str, ...] = ("layers.",)
+) -> int:
     swapped = 0
     for fqn, module in list(model.named_modules()):
         for name, child in list(module.named_children()):
-            if _fp8_linear(child, f"{fqn}.{name}" if fqn else name):
+            if _fp8_linear(child, f"{fqn}.{name}" if fqn else name, prefixes):
                 setattr(module, name, make(child))
                 swapped += 1
     return swapped
@@ -285,7 +291,8 @@ def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     # most_recent needs no history: the last step's amax is the one each cast keeps anyway
     history = settings.amax_history if settings.amax_algo == "max" and settings.amax_history > 1 else 0
     swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history,
-                                                                       settings.fast_accum))  # fmt: skip
+                                                                       settings.fast_accum),
+                            settings.block_prefixes)  # fmt: skip
     linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
     parts = [
         f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, {amax_description(settings)}, casts in "
@@ -318,7 +325,7 @@ def _apply_te(model: nn.Module, settings: Fp8Settings) -> Fp8:
                     new.bias.copy_(child.bias)
         return new
 
-    swapped = _swap_linears(model, te_linear)
+    swapped = _swap_linears(model, te_linear, settings.block_prefixes)
     recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=settings.amax_history,
                             amax_compute_algo=settings.amax_algo)  # fmt: skip
     return Fp8(
@@ -340,7 +347,11 @@ def _apply_torchao(model: nn.Module, settings: Fp8Settings) -> Fp8:
         config = Float8LinearConfig(enable_fsdp_float8_all_gather=settings.gather_in_fp8)
     else:
         config = Float8LinearConfig.from_recipe_name(settings.recipe)
-    convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear)
+    convert_to_float8_training(
+        model,
+        config=config,
+        module_filter_fn=lambda module, fqn: _fp8_linear(module, fqn, settings.block_prefixes),
+    )
     swapped = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
     precompute = settings.recipe == "tensorwise" and settings.gather_in_fp8
 

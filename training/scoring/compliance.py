@@ -49,8 +49,14 @@ def check_compliance(
     with tempfile.TemporaryDirectory(prefix="compliance_") as tmp:
         config = f"training_{ruleset}/common.yaml"
         if rules and run.target_accuracy is not None and not rules.is_official_target(run.target_accuracy):
-            config, substituted = _patch_target(Path(tmp), ruleset, rules, run.target_accuracy,
-                                                run.max_sequence_length)  # fmt: skip
+            config, substituted = _patch_target(
+                Path(tmp),
+                ruleset,
+                rules,
+                run.target_accuracy,
+                run.max_sequence_length,
+                run.evaluation_frequency,
+            )
             messages.append(
                 f"!!! DEMO RUN, NOT A VALID MLPerf RESULT: {log.name} logs target_accuracy "
                 f"{run.target_accuracy}, not {rules.name}'s official {rules.target}; checked against a copy "
@@ -82,12 +88,19 @@ def misnamed_keys(keys: set[str], ruleset: str) -> list[str]:
     return found
 
 
-def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float,
-                  seq_len: int | None = None) -> tuple[str, str]:  # fmt: skip
+def _patch_target(
+    tmp: Path,
+    ruleset: str,
+    rules: BenchmarkRules,
+    target: float,
+    seq_len: int | None = None,
+    eval_frequency: int | None = None,
+) -> tuple[str, str]:
     """Copy training_<ruleset>/ into `tmp` with the benchmark's target threshold replaced by `target` (and,
     for a demo that trains shorter sequences than the rules fix, e.g. Llama 3.1 8B's 8192, that length by
-    the logged `seq_len`). Returns the copy's common.yaml (absolute: the checker's os.path.join keeps it)
-    and what was replaced."""
+    the logged `seq_len`; for one that evaluates more often than the rules fix, flux1's every 262,144
+    samples, that interval by the logged `eval_frequency`). Returns the copy's common.yaml (absolute: the
+    checker's os.path.join keeps it) and what was replaced."""
     folder = tmp / f"training_{ruleset}"
     shutil.copytree(RULES_ROOT / f"training_{ruleset}", folder)
     for path in folder.glob("*.yaml"):  # configs enqueue each other by relative path: point them at the copy
@@ -96,12 +109,15 @@ def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float,
     closed = folder / f"closed_{rules.name}.yaml"
     op = ">=" if rules.higher_is_better else "<="
     text = closed.read_text()
-    found = list(re.finditer(rf"\(v\['value'\] {op} ([0-9.]+)\)", text))
-    if len(found) != 1 or float(found[0].group(1)) != rules.target:
+    # the threshold: `(v['value'] >= 0.720)` (BERT), `v['value'] <= 0.586 and ...` (flux1)
+    checks = re.finditer(rf"\(?v\['value'\] {op} ([0-9.]+)\)?", text)
+    found = [m for m in checks if float(m.group(1)) == rules.target]
+    if len(found) != 1:
         raise ValueError(
             f"{RULES_ROOT / folder.name / closed.name}: expected one `(v['value'] {op} {rules.target})`"
         )
-    old, new = found[0].group(0), f"(v['value'] {op} {target!r})"
+    old = found[0].group(0)
+    new = old.replace(found[0].group(1), f"{target!r}", 1)
     text = text.replace(old, new)
     replaced = [f"`{old}` replaced by `{new}`"]
     fixed_len = re.search(
@@ -111,6 +127,13 @@ def _patch_target(tmp: Path, ruleset: str, rules: BenchmarkRules, target: float,
         old_len = f"v['value'] == {fixed_len.group(1)}"
         text = text.replace(old_len, f"v['value'] == {seq_len}")
         replaced.append(f"`{old_len}` (max_sequence_length) replaced by `v['value'] == {seq_len}`")
+    fixed_every = re.search(
+        r"NAME:\s+evaluation_frequency\s+REQ:\s+\w+\s+CHECK: \"\s*(v\['value'\] == [^\"]+?)\s*\"", text
+    )
+    if fixed_every and eval_frequency is not None:
+        old_every = fixed_every.group(1)
+        text = text.replace(old_every, f"v['value'] == {eval_frequency}")
+        replaced.append(f"`{old_every}` (evaluation_frequency) replaced by `v['value'] == {eval_frequency}`")
     closed.write_text(text)
     return str(folder / "common.yaml"), " and ".join(replaced)
 

@@ -39,7 +39,7 @@ ROUNDS = (
     Round("4.1.0", datetime.date(2024, 11, 13), ("bert", "llama2_70b_lora")),
     Round("5.0.0", datetime.date(2025, 5, 30), ("bert", "llama2_70b_lora")),
     Round("5.1.0", datetime.date(2025, 11, 5), ("llama2_70b_lora", "llama31_8b")),
-    Round("6.0.0", datetime.date(2026, 6, 16), ("llama2_70b_lora", "llama31_8b")),
+    Round("6.0.0", datetime.date(2026, 6, 16), ("llama2_70b_lora", "llama31_8b", "flux1")),
 )
 # Rounds of our benchmarks before the first listed above (their runs would be guessed as of that round).
 UNLISTED_EARLIER = {"bert": "1.0 to 2.1"}

@@ -24,6 +24,7 @@ class Run:
     global_batch_size: int | None = None
     target_accuracy: float | None = None  # our trainers (and NVIDIA's) log it; MLCommons' result files do not
     max_sequence_length: int | None = None
+    evaluation_frequency: int | None = None  # flux1's samples between evaluations
     throughput: float | None = None  # value.throughput of the last tracked_stats line
     submission: dict[str, str] = field(default_factory=dict)  # submission_org, _division, _status, _platform
     # (eval_accuracy metadata, value) of every eval before run_stop, in log order
@@ -115,6 +116,8 @@ def _read_record(run: Run, record) -> None:
         run.target_accuracy = float(number(value))
     elif key == "max_sequence_length":
         run.max_sequence_length = int(number(value))
+    elif key == "evaluation_frequency":
+        run.evaluation_frequency = int(number(value))
     elif key == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
         run.throughput = float(number(value["throughput"], "throughput"))
     elif key == "eval_accuracy" and run.run_stop_ms is None:
