@@ -297,9 +297,11 @@ ROWS: list[VendorVar] = [
         "FP8_ACTIVATION FP8_ACT",
         LLAMA,
     ),
-    *_na(
-        "attention computes in bf16 here: FP8 attention (Transformer Engine's FP8 DPA) is not implemented",
+    *_honored(
         "FP8_DPA",
+        "1: attention in FP8, cuDNN's FP8 SDPA forward and backward (Transformer Engine's FP8 DPA runs "
+        "cuDNN's kernels too)",
+        _same("FP8_DPA"),
         LLAMA,
     ),
     *_na(
