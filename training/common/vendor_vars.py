@@ -297,13 +297,6 @@ ROWS: list[VendorVar] = [
         "FP8_ACTIVATION FP8_ACT",
         LLAMA,
     ),
-    *_honored(
-        "FP8_DPA",
-        "1: attention in FP8, cuDNN's FP8 SDPA forward and backward (Transformer Engine's FP8 DPA runs "
-        "cuDNN's kernels too)",
-        _same("FP8_DPA"),
-        LLAMA,
-    ),
     *_na(
         "Transformer Engine delayed-scaling settings that NeMo passes on (margin, interval, e4m3-only); ours "
         "are margin 0, every step, HYBRID",

@@ -220,10 +220,15 @@ def fp8_attention(q, k, v, cu_seqlens=None, max_seqlen=None, out_dtype: torch.dt
     if cu_seqlens is None or cu_seqlens.numel() == 2:
         q, k, v = (t.contiguous() for t in (q, k, v))
         return fp8_fwd(q, k, v, out_dtype)[0].to(q.dtype)
+    return as_batch(q, k, v, cu_seqlens, lambda *padded: fp8_fwd(*padded, out_dtype)[0].to(q.dtype))
+
+
+def as_batch(q, k, v, cu_seqlens: torch.Tensor, causal):
+    """`causal` attention (over (batch, seq, heads, head_dim)) of the sequences packed in a batch-1 row, run
+    as a batch of those sequences padded at their ends with zeros (`padded_index`)."""
     index, keep = padded_index(cu_seqlens, q.shape[1])
     padded = [torch.cat([t[0], t.new_zeros(1, *t.shape[2:])])[index] for t in (q, k, v)]  # the zero row last
-    out = fp8_fwd(*padded, out_dtype)[0]
-    return out[keep].to(q.dtype).unsqueeze(0)
+    return causal(*padded)[keep].unsqueeze(0)
 
 
 def padded_index(cu_seqlens: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
