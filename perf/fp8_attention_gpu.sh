@@ -3,8 +3,9 @@
 # attention, in one call. STAGES picks, in order:
 #   micro   perf/fp8_attention.py: the kernel alone at the 70B LoRA's shapes (64/8 heads of 128, 8192 tokens,
 #           plain and packed rows), forward and backward, against SDPA, and its error against float32
-#   lora    perf/bench_lora.py, LORA_LAYERS (40) blocks of the 70B width, native FP8 with the base stored in FP8,
-#           every block recomputed: SDPA (the control and the parity reference) against FP8 attention
+#   lora    perf/bench_lora.py, LORA_LAYERS (40) blocks of the 70B width, LORA_STEPS (3) timed steps, native
+#           FP8 with the base stored in FP8, every block recomputed: SDPA (the control and the parity
+#           reference) against FP8 attention
 #   curve   perf/curve_parity.py lora, CURVE_LAYERS (12) blocks, 20 steps, MLPerf's dropout, 5 warm-up steps:
 #           native FP8 (base in FP8) with and without FP8 attention against ours in bf16, judged against the
 #           spread of ours in bf16 with two other dropout seeds (the measured noise), and the lever against
@@ -29,7 +30,8 @@ if [[ " ${stages} " == *" micro "* ]]; then
 fi
 if [[ " ${stages} " == *" lora "* ]]; then
   control="ours-fp8native-fp8w-ac-sdpa"
-  run lora python3 -m perf.bench_lora --layers "${LORA_LAYERS:-40}" --steps 3 --warmup 1 --reference "${control}" \
+  run lora python3 -m perf.bench_lora --layers "${LORA_LAYERS:-40}" --steps "${LORA_STEPS:-3}" --warmup 1 \
+    --reference "${control}" \
     --variants "${control},ours-fp8native-fp8w-ac-fp8dpa"
 fi
 if [[ " ${stages} " == *" curve "* ]]; then
