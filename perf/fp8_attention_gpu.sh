@@ -8,7 +8,7 @@
 #           reference) against FP8 attention
 #   curve   perf/curve_parity.py lora, CURVE_LAYERS (12) blocks, 20 steps, MLPerf's dropout, 5 warm-up steps:
 #           native FP8 (base in FP8) with and without FP8 attention against ours in bf16, judged against the
-#           spread of ours in bf16 with two other dropout seeds (the measured noise), and the lever against
+#           spread of ours in bf16 with CURVE_SEEDS (2) other dropout seeds (the measured noise), the lever against
 #           native FP8 alone
 # Each stage writes its JSON and log under $OUT/<stage>/ and prints its table last. nvidia-cudnn-frontend must
 # be importable (carried as a wheel: perf/RESULTS.md says which).
@@ -36,6 +36,6 @@ if [[ " ${stages} " == *" lora "* ]]; then
 fi
 if [[ " ${stages} " == *" curve "* ]]; then
   run curve python3 -m perf.curve_parity lora --layers "${CURVE_LAYERS:-12}" --ac --mlperf-regime --lora-warmup 5 \
-    --steps 20 --lora-seeds 2 --lora-variants ours-fp8native-fp8w,ours-fp8native-fp8w-fp8dpa
+    --steps 20 --lora-seeds "${CURVE_SEEDS:-2}" --lora-variants ours-fp8native-fp8w,ours-fp8native-fp8w-fp8dpa
 fi
 exit "${status}"
