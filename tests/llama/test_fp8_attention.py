@@ -11,7 +11,7 @@ from perf.lib.parity import lever_base
 from tests.llama.helpers import tiny
 from training.llama.build import RunSpec, build_model
 from training.llama.flash4 import reference
-from training.llama.fp8_attention import ROUND, as_batch, fp8_attention_fault, padded_index
+from training.llama.fp8_attention import ROUND, as_batch, fp8_attention_fault, gradient_dtype, padded_index
 
 CPU = torch.device("cpu")
 
@@ -50,6 +50,8 @@ def test_a_packed_row_as_a_padded_batch_is_the_attention_of_its_sequences():
 
 def test_fp8_dpa_on_a_machine_without_cudnns_fp8_attention_is_refused_by_name():
     assert fp8_attention_fault(CPU) == "not an NVIDIA GPU"
+    with pytest.raises(RuntimeError, match="cannot run here: not an NVIDIA GPU"):
+        gradient_dtype(CPU)
     refusal = "FP8_DPA=1: cuDNN's FP8 attention cannot run here: not an NVIDIA GPU"
     with pytest.raises(ValueError, match=refusal):
         build_model(RunSpec(tiny(vocab_size=64), fp8_attention=True), CPU, None)
