@@ -32,7 +32,8 @@ casts), `-pytorchcasts` FP8_CASTS=pytorch (no Triton), `-ckptinside` FP8 blocks 
 checkpoint, as BF16 blocks (by default FP8 blocks compile inside an eager checkpoint:
 `Checkpointed.compile_inside`), `-keepattn` (with `-ac`) the recompute skips the attention kernel
 (AC_KEEP_ATTENTION=1), `-flash4` FlashAttention-4 (ATTENTION=flash4), `-sdpa` PyTorch's SDPA (ATTENTION=sdpa),
-`-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel (LORA_KERNEL=pytorch). Ours also
+`-torchdropout` LoRA's dropout and A in PyTorch, not our Triton kernel (LORA_KERNEL=pytorch), `-fp8dpa` (with
+fp8native) attention in FP8, cuDNN's FP8 SDPA (FP8_DPA=1). Ours also
 reports, from one step of its own (`perf/lib/memory.py`, on GPUs and under torchrun):
 `kept_after_forward_gib`, memory the forward leaves allocated for its backward; and, as the backward reaches
 each block, the weights FSDP2 still holds all-gathered and all memory allocated (`backward_gathered_gib`,

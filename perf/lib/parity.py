@@ -206,7 +206,8 @@ def noise_band(reference: list[float], seeds: list[list[float]], window: int = S
     return [max(spread[max(0, i - window) : i + window + 1]) for i in range(n)]
 
 
-LEVERS = ("fp8act", "fastaccum")  # the speed levers a curve variant's name may add to a mode (`lever_base`)
+# the speed levers a curve variant's name may add to a mode (`lever_base`)
+LEVERS = ("fp8act", "fastaccum", "fp8dpa")
 
 
 def lever_base(name: str, ran) -> str | None:

@@ -101,6 +101,7 @@ LORA_MODIFIERS = {
     "flash4": "FlashAttention-4 (ATTENTION=flash4)",
     "sdpa": "PyTorch's SDPA (ATTENTION=sdpa)",
     "torchdropout": "LoRA's dropout and A in PyTorch, not our Triton kernel (LORA_KERNEL=pytorch)",
+    "fp8dpa": "with fp8native, attention in FP8: cuDNN's FP8 SDPA (FP8_DPA=1)",
 }
 
 
@@ -133,12 +134,12 @@ def lora_variant(base: RunSpec, precision: str, modes: list[str], on_gpu: bool) 
                    casts="pytorch" if "pytorchcasts" in modes else "auto",
                    mlp_activations_in_fp8="fp8act" in modes, fast_accum="fastaccum" in modes)  # fmt: skip
     attention = next((a for a in ("flash4", "sdpa") if a in modes), "auto")
-    return replace(spec, attention=attention, fp8_weights="fp8w" in modes)
+    return replace(spec, attention=attention, fp8_weights="fp8w" in modes, fp8_attention="fp8dpa" in modes)
 
 
 def curve_lora_variant(base: RunSpec, modes: list[str], on_gpu: bool) -> RunSpec:
     """`curve_parity lora`'s variant of ours (modes: eager, compile, fp8native, fp8w, fp8act, fastaccum,
-    ac, acN): bf16 autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's
+    fp8dpa, ac, acN): bf16 autocast, `eager` with PyTorch's kernels (SDPA, dropout, AdamW), else the trainer's
     defaults; compiled on GPUs only with `compile`; `acN` recomputes the first N blocks only (the others keep
     what `fp8act` stores in FP8), whatever `--ac` asks of the others."""
     eager = "eager" in modes
@@ -150,6 +151,7 @@ def curve_lora_variant(base: RunSpec, modes: list[str], on_gpu: bool) -> RunSpec
                     lora=replace(base.features.lora, kernel="pytorch" if eager else "auto"))  # fmt: skip
     if "fp8native" not in modes:
         return spec
+    spec = replace(spec, fp8_attention="fp8dpa" in modes)
     return fp8(spec, "native", mlp_activations_in_fp8="fp8act" in modes, fast_accum="fastaccum" in modes)
 
 

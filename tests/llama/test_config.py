@@ -65,6 +65,8 @@ def test_defaults_are_the_mlperf_values():
             {"FP8_MLP_ACTIVATIONS": "1", "FP8": "1", "FP8_BACKEND": "torchao"},
             "FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native",
         ),
+        ({"FP8_DPA": "1"}, "FP8_DPA=1 (FP8 attention) needs PRECISION=fp8"),
+        ({"FP8_DPA": "True", "FP8": "1", "ATTENTION": "flash4"}, "ATTENTION=flash4 contradicts it"),
         ({"MAX_LR": "nan"}, "MAX_LR=nan must be a finite number > 0"),
         ({"TARGET": "inf"}, "TARGET=inf must be a finite number > 0"),
         ({"LR": "4e-4"}, "MAX_LR='8e-4', LR='4e-4': the same setting given twice"),
@@ -159,3 +161,8 @@ def test_shipped_configs_parse_and_fit_their_node(config):
         assert cfg.target != 3.3 and cfg.deviations()
     else:
         assert cfg.deviations() == [] and cfg.fp8
+
+
+def test_fp8_dpa_asks_the_run_for_fp8_attention():
+    assert make(FP8_DPA="True", FP8="1").run_spec().fp8_attention
+    assert not make(FP8="1").run_spec().fp8_attention

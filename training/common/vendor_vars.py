@@ -354,11 +354,6 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "attention computes in bf16 here: FP8 attention (Transformer Engine's FP8 DPA) is not implemented",
-        "FP8_DPA",
-        LLAMA,
-    ),
-    *_na(
         "Transformer Engine delayed-scaling settings that NeMo passes on (margin, interval, e4m3-only); ours "
         "are margin 0, every step, HYBRID",
         "FP8_E4M3 FP8_INTERVAL FP8_MARGIN",

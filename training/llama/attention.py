@@ -8,6 +8,8 @@ the kernel on a small case on the GPU and compares it with a reference before it
   GPU, else PyTorch's `scaled_dot_product_attention(is_causal=True)` (flash / memory-efficient / cuDNN
   kernels: the seq x seq score matrix is never materialized). Grouped-query attention uses the kernels'
   native GQA support.
+- FP8 attention (`FP8_DPA=1`, backend `cudnn_fp8`): cuDNN's FP8 SDPA through `training.llama.fp8_attention`,
+  chosen by the build (`build.build_model`), never by ATTENTION.
 - Packed rows (several sequences in one row, attention kept inside each) pass `cu_seqlens`, the cumulative
   sequence boundaries as flash-attn's varlen API takes them.
 - Sliding-window attention (Mistral 7B: `LlamaShape.sliding_window`): each token attends to itself and the
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 
 from training.common.backends import OPTIONAL, importable
 from training.llama.flash4 import flash4_attention, flash4_fault, kernel_fault
+from training.llama.fp8_attention import fp8_attention
 
 
 def attention(
@@ -52,6 +55,8 @@ def attention(
         cu_seqlens = None  # one sequence: plain causal attention
     if window is not None and cu_seqlens is not None:
         raise NotImplementedError("a sliding window over packed rows")
+    if backend == "cudnn_fp8":  # FP8_DPA (`training.llama.fp8_attention`); the build refuses it with a window
+        return fp8_attention(q, k, v, cu_seqlens, max_seqlen)
     if window is not None and window < q.shape[1]:
         return windowed_attention(q, k, v, window, backend)
     if backend == "flash4":

@@ -37,6 +37,7 @@ from training.fp8 import MlpLayout, reset_after_materialize, store_shards_in_fp8
 from training.llama import optim, parallel
 from training.llama.attention import choose_attention
 from training.llama.checkpoint import load_hf_checkpoint
+from training.llama.fp8_attention import fp8_attention_fault
 from training.llama.model import (
     MLP,
     Llama,
@@ -93,6 +94,9 @@ class RunSpec:
     # time, each stored before the next (the bf16 model never exists whole); under FSDP2 as FP8 shards,
     # all-gathered as stored
     fp8_weights: bool = False
+    # FP8_DPA: attention in FP8, cuDNN's FP8 SDPA (`training.llama.fp8_attention`; NVIDIA GPUs with
+    # nvidia-cudnn-frontend, no window, no context parallelism)
+    fp8_attention: bool = False
 
 
 def build_run(
@@ -149,6 +153,8 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
                          "attention takes the place of SDPA only (ATTENTION=sdpa or auto)")  # fmt: skip
     # with context parallelism, SDPA (ring attention inside the step's context); else the fastest that runs
     attention = "sdpa" if split else choose_attention(spec.attention, device, shape.sliding_window)
+    if spec.fp8_attention:
+        attention = _fp8_attention(spec, device, split)
     precision = choose_precision(spec.precision, device)
     if split and precision == "fp32":  # torch 2.11 on an H200: "aten.add.Tensor got mixed torch.Tensor and
         # DTensor" in the ring attention's float32 (memory-efficient kernel) path
@@ -189,7 +195,19 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     if spec.fp8_weights and mesh is not None:
         stored = store_shards_in_fp8(model)
         applied.fp8.description += f", {stored} frozen weights stored as FP8 shards (all-gathered as stored)"
-    return model, dataclasses.replace(applied, attention=attention, precision=precision)
+    attention_precision = "fp8" if attention == "cudnn_fp8" else ("fp32" if precision == "fp32" else "bf16")
+    return model, dataclasses.replace(applied, attention=attention, precision=precision,
+                                      attention_precision=attention_precision)  # fmt: skip
+
+
+def _fp8_attention(spec: RunSpec, device: torch.device, split: bool) -> str:
+    """The attention backend of FP8_DPA=1, `cudnn_fp8`, or a ValueError saying why it cannot run."""
+    if split or spec.shape.sliding_window is not None:
+        raise ValueError("FP8_DPA=1 (cuDNN's FP8 attention) runs causal attention without a sliding window "
+                         "and without context parallelism")  # fmt: skip
+    if fault := fp8_attention_fault(device):
+        raise ValueError(f"FP8_DPA=1: cuDNN's FP8 attention cannot run here: {fault}")
+    return "cudnn_fp8"
 
 
 def _parts(model: Llama) -> list[tuple[str, nn.Module]]:

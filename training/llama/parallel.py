@@ -158,6 +158,7 @@ class Applied:
     data_parallel: Change = OFF
     attention: str = ""  # the attention backend the blocks run (`training.llama.attention.choose_attention`)
     precision: str = ""  # PRECISION resolved on this device: fp32, bf16 or fp8 (bf16 with FP8 matmuls)
+    attention_precision: str = ""  # what the attention kernel multiplies in: fp8 (FP8_DPA), bf16 or fp32
     optimizer: str = ""  # which AdamW `optim.build_optimizer` took
     bf16_weights_held: int = 0  # matrix weights AdamW keeps in bf16 (`StepSettings.hold_bf16_weights`)
     # the lowest precision the layout's collectives carry (MLPerf's name); "" for one process

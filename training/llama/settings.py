@@ -57,6 +57,13 @@ class LlamaRunSettings(RunSettings):
         "e4m3, scaled by their own amax, not bf16 (0.44 GiB less a Llama 2 70B block at 8192 tokens); the "
         "backward computes from the e4m3-rounded values",
     )
+    fp8_dpa: bool = var(
+        "FP8_DPA",
+        False,
+        help="1 (with PRECISION=fp8): attention in FP8, NVIDIA's name for it: cuDNN's FP8 SDPA forward and "
+        "backward (nvidia-cudnn-frontend, NVIDIA GPUs), Q, K, V and dO cast to e4m3 by their own amax; "
+        "ATTENTION must be auto",
+    )
     fp4: bool = var(
         "FP4",
         False,
@@ -147,6 +154,7 @@ class LlamaRunSettings(RunSettings):
             precision=self.requested_precision(),
             checkpoint=checkpoint,
             fp8_weights=fp8_weights,
+            fp8_attention=self.fp8_dpa,
         )
 
     def requested_precision(self) -> str:
@@ -217,4 +225,9 @@ class LlamaRunSettings(RunSettings):
         if self.fp8_mlp_activations and not (self.fp8 and self.fp8_backend in ("auto", "native")):
             problems.append("FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native (or auto: "
                             "native where the OCP FP8 formats run)")  # fmt: skip
+        if self.fp8_dpa and not self.fp8:
+            problems.append("FP8_DPA=1 (FP8 attention) needs PRECISION=fp8 (or FP8=1)")
+        if self.fp8_dpa and self.attention != "auto":
+            problems.append(f"FP8_DPA=1 runs cuDNN's FP8 attention: ATTENTION={self.attention} contradicts "
+                            "it (leave ATTENTION=auto)")  # fmt: skip
         return problems
