@@ -186,12 +186,14 @@ class Applied:
 
     def disclosure(self, layout: Parallelism, micro_batch_size: int) -> Disclosure:
         """The run's 6.x disclosure as built: the linears' lowest precision (`Fp8.linear_precision`: fp8, or
-        mxfp4 / nvfp4 where 4-bit GEMMs run, emulated too), attention in the compute
-        dtype, and the collectives' lowest precision (one process has none: its gradients' float32)."""
+        mxfp4 / nvfp4 where 4-bit GEMMs run, emulated too), what the attention kernel multiplies in (fp8 with
+        FP8_DPA, else the compute dtype), and the collectives' lowest precision (one process has none: its
+        gradients' float32)."""
         compute = PRECISION_NAMES["bf16" if self.precision == "fp8" else self.precision]
         linear = self.fp8.linear_precision or compute
+        attn = {"fp8": "fp8", **PRECISION_NAMES}.get(self.attention_precision, compute)
         comm = self.collectives or "fp32"
-        return Disclosure(linear, compute, comm, micro_batch_size, layout.tp, layout.pp, layout.cp)
+        return Disclosure(linear, attn, comm, micro_batch_size, layout.tp, layout.pp, layout.cp)
 
 
 def apply_features(
