@@ -231,7 +231,7 @@ def test_swiglu_inputs_kept_in_fp8_halve_their_memory_and_train_within_fp8_error
 
 def test_native_fp8_refuses_mi300_class_gpus_by_name(monkeypatch):
     """MI300X / MI325X (gfx942) multiply only the FNUZ FP8 formats; the native linear uses the OCP ones."""
-    import training.fp8 as fp8
+    import training.fp8.apply as fp8
 
     monkeypatch.setattr(fp8, "_rocm_arch", lambda: "gfx942:sramecc+:xnack-")
     with pytest.raises(ValueError, match="FP8_BACKEND=native.*gfx942.*MI300X"):

@@ -2,8 +2,8 @@
 are those the benchmark table, `training/benchmarks.py`, names; everything else is shared code):
 - training/: shared code (`common/`, `fp8/`, the Llama model family `llama/`, `scoring/`, ...) and the entry
   points (`training/*.py`) import no benchmark package; a benchmark package imports no other benchmark
-  package; `common/` imports nothing above it (of the rest of training/, only `fp8/choices.py`, which
-  imports nothing); nothing imports input_preprocessing/ (the preflight runs the data verifiers as commands);
+  package; `common/` imports nothing above it; nothing imports input_preprocessing/ (the preflight runs the
+  data verifiers as commands); a package's `__init__.py` hands names on and defines nothing;
 - input_preprocessing/: the same between its shared code (`common/`, the top-level modules) and its
   benchmark folders (each benchmark's `prepare` script's folder); it imports training/'s shared code at
   most, never a training benchmark package;
@@ -25,7 +25,7 @@ from training.benchmarks import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("training", "input_preprocessing", "perf")
-COMMON_MAY_IMPORT = ("training.common", "training.fp8.choices")
+COMMON_MAY_IMPORT = ("training.common",)
 
 
 def absolute(node: ast.ImportFrom, package: str) -> str:
@@ -180,6 +180,8 @@ def test_each_rule_is_seen(tmp_path):
         "training/common/base.py: imports training.fp8.apply_fp8 (common/ imports nothing above it)",
         "training/common/util.py: imports training.alpha (common/ imports nothing above it)",
         "training/common/util.py: imports training.alpha.model (common/ imports nothing above it)",
+        "training/common/util.py: imports training.fp8.choices (common/ imports nothing above it)",
+        "training/common/util.py: imports training.fp8.choices.X (common/ imports nothing above it)",
         "training/doctor.py: imports perf.bench (nothing imports perf/)",
         f"training/doctor.py: imports training.beta ({shared})",
         f"input_preprocessing/alpha/sample.py: imports input_preprocessing.beta ({apart})",
@@ -344,3 +346,11 @@ def test_the_perf_and_patch_rules_are_seen(tmp_path):
         "training/beta/patch.py:7: setattr on training.alpha.model",
         "perf/bench_c.py:3: assigns training.alpha.model.SIZE",
     ]
+
+
+def test_package_faces_define_nothing():
+    """A package's `__init__.py` hands its names on: its logic lives in modules named for what it does."""
+    for init in sorted((ROOT / "training").glob("*/__init__.py")):
+        tree = ast.parse(init.read_text())
+        defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        assert defined == [], (init, defined)

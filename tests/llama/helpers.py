@@ -33,7 +33,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 def no_fp8_backend(monkeypatch) -> None:
     """An MI300-class GPU (FNUZ formats only) without Transformer Engine or torchao: FP8_BACKEND=auto finds
     nothing."""
-    import training.fp8 as fp8_module
+    import training.fp8.apply as fp8_module
 
     monkeypatch.setattr(fp8_module, "importable", lambda module: False)
     monkeypatch.setattr(fp8_module, "_rocm_arch", lambda: "gfx942")

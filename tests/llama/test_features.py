@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-import training.fp8 as fp8_module
+import training.fp8.apply as fp8_module
 from tests.llama.helpers import TINY, no_fp8_backend
 from training.fp8 import Fp8Settings, MlpLayout, apply_fp8
 from training.llama import parallel

@@ -25,11 +25,14 @@ from pathlib import Path
 
 from training.common import backends, vendor_vars
 from training.common.files import write_text_atomic
-from training.fp8.choices import AMAX_ALGOS as FP8_AMAX_ALGOS
-from training.fp8.choices import BACKENDS as FP8_BACKENDS
-from training.fp8.choices import CASTS as FP8_CASTS
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The values FP8's shared settings may take; what each does is `training.fp8`'s.
+FP8_BACKENDS = ("auto", "te", "torchao", "native")  # FP8_BACKEND
+FP8_RECIPES = ("tensorwise", "rowwise")  # FP8_RECIPE (torchao)
+FP8_CASTS = ("auto", "pytorch")  # FP8_CASTS (native)
+FP8_AMAX_ALGOS = ("most_recent", "max")  # FP8_AMAX_ALGO (delayed scaling: native, te)
 
 # Variables a config may set that the launchers, not the Python trainer, consume.
 LAUNCHER_VARS = frozenset(

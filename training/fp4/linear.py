@@ -15,7 +15,7 @@ Engine's recipe/__init__.py), and AMD's `MXFP4BlockScaling` (ROCm Transformer En
 backward GEMMs as AITER's A4W4 MXFP4 GEMM, its 16-point Hadamard rotation (NVTE_MXFP4_USE_HADAMARD=1) on
 every operand. Each copy is quantized from the high-precision tensor (as both TEs do for a tensor and its
 transpose). The output layer and anything outside the transformer blocks stays in bf16 (the FP8 swap's
-rule, `training.fp8._fp8_linear`), as NeMo's and Primus' TE layers cover the blocks only.
+rule, `training.fp8.apply._fp8_linear`), as NeMo's and Primus' TE layers cover the blocks only.
 """
 
 from __future__ import annotations
