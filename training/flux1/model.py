@@ -74,8 +74,13 @@ PRESETS = {
 
 
 def build_model(shape: FluxShape, device: torch.device | str = "cpu") -> nn.Module:
-    """The transformer on `device` with the reference's initial weights (drawn from torch's global RNG)."""
+    """The transformer on `device` with the reference's initial weights (drawn from torch's global RNG). On
+    CUDA, PyTorch's SDPA may not pick cuDNN's attention: its backward fails on the MMDiT's joint attention
+    (an illegal memory access on Hopper), so flash or memory-efficient attention runs."""
     from diffusers import FluxTransformer2DModel
+
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
     with torch.device(device):
         model = FluxTransformer2DModel(
