@@ -79,7 +79,7 @@ def build_model(shape: FluxShape, device: torch.device | str = "cpu") -> nn.Modu
     (an illegal memory access on Hopper), so flash or memory-efficient attention runs."""
     from diffusers import FluxTransformer2DModel
 
-    if torch.device(device).type == "cuda":
+    if torch.cuda.is_available():  # (a process-wide switch: whatever device this copy is built on)
         torch.backends.cuda.enable_cudnn_sdp(False)
 
     with torch.device(device):
