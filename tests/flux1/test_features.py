@@ -54,6 +54,9 @@ def test_fp8_swaps_the_blocks_linears_and_trains_as_bf16_does():
         n.startswith(("transformer_blocks.", "single_transformer_blocks.")) for n in swapped
     )
     assert not isinstance(model.proj_out, Fp8Linear) and not isinstance(model.x_embedder, Fp8Linear)
+    # the adaLN modulations read one row per image: too few for the FP8 GEMM, they stay in bf16
+    assert not any(".norm" in n for n in swapped)
+    assert not isinstance(model.transformer_blocks[0].norm1.linear, Fp8Linear)
     # FP8's tolerance of perf/lib/parity.py: 5 % per step against bf16 from the same weights and draws
     assert fp8 != bf16 and all(abs(a - b) <= 0.05 * abs(b) for a, b in zip(fp8, bf16)), (fp8, bf16)
 

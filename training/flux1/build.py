@@ -28,6 +28,7 @@ from training.fp8 import Fp8, Fp8Settings, apply_fp8, reset_after_materialize
 
 # the transformer blocks whose linear layers run in FP8 (diffusers' names; not the embedders or the output)
 FP8_BLOCKS = ("transformer_blocks.", "single_transformer_blocks.")
+FP8_KEEPS = (".norm",)  # the blocks' adaLN modulations (norm1, norm1_context, norm): one row per image
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,9 @@ def apply_fp8_blocks(model: nn.Module, features: Features) -> Fp8:
     """FP8 for the blocks' linear layers (`training.fp8`), where PRECISION is fp8."""
     if features.precision != "fp8":
         return Fp8()
-    settings = dataclasses.replace(features.fp8 or Fp8Settings(), block_prefixes=FP8_BLOCKS)
+    settings = dataclasses.replace(
+        features.fp8 or Fp8Settings(), block_prefixes=FP8_BLOCKS, skip_names=FP8_KEEPS
+    )
     return apply_fp8(model, settings)
 
 

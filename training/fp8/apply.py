@@ -57,6 +57,9 @@ class Fp8Settings:
     # wrapper's prefix); the Llama models' and BERT's blocks are `layers.N`, diffusers' FLUX's
     # `transformer_blocks.N` and `single_transformer_blocks.N`
     block_prefixes: tuple[str, ...] = ("layers.",)
+    # linears inside those blocks that stay in the compute dtype, by a part of their name: FLUX's adaLN
+    # modulations, whose input is one row per image (too few rows for the FP8 GEMM)
+    skip_names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -136,7 +139,9 @@ def _rocm_arch() -> str:
     return torch.cuda.get_device_properties(0).gcnArchName
 
 
-def _fp8_linear(module: nn.Module, fqn: str, prefixes: tuple[str, ...] = ("layers.",)) -> bool:
+def _fp8_linear(
+    module: nn.Module, fqn: str, prefixes: tuple[str, ...] = ("layers.",), skip: tuple[str, ...] = ()
+) -> bool:
     """FP8 for the projections inside the transformer blocks (`layers.N...` by default, also under Hugging
     Face's `model.` prefix) only, not the output layer or heads (as NeMo's and NVIDIA's recipes), and only
     where both dimensions are multiples of 16 (the FP8 GEMM's requirement)."""
@@ -144,18 +149,22 @@ def _fp8_linear(module: nn.Module, fqn: str, prefixes: tuple[str, ...] = ("layer
     return (
         isinstance(module, nn.Linear)
         and in_block
+        and not any(name in fqn for name in skip)
         and module.in_features % 16 == 0
         and module.out_features % 16 == 0
     )
 
 
 def _swap_linears(
-    model: nn.Module, make: Callable[[nn.Linear], nn.Module], prefixes: tuple[str, ...] = ("layers.",)
+    model: nn.Module,
+    make: Callable[[nn.Linear], nn.Module],
+    prefixes: tuple[str, ...] = ("layers.",),
+    skip: tuple[str, ...] = (),
 ) -> int:
     swapped = 0
     for fqn, module in list(model.named_modules()):
         for name, child in list(module.named_children()):
-            if _fp8_linear(child, f"{fqn}.{name}" if fqn else name, prefixes):
+            if _fp8_linear(child, f"{fqn}.{name}" if fqn else name, prefixes, skip):
                 setattr(module, name, make(child))
                 swapped += 1
     return swapped
@@ -284,7 +293,7 @@ def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     history = settings.amax_history if settings.amax_algo == "max" and settings.amax_history > 1 else 0
     swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history,
                                                                        settings.fast_accum),
-                            settings.block_prefixes)  # fmt: skip
+                            settings.block_prefixes, settings.skip_names)  # fmt: skip
     linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
     parts = [
         f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, {amax_description(settings)}, casts in "
@@ -317,7 +326,7 @@ def _apply_te(model: nn.Module, settings: Fp8Settings) -> Fp8:
                     new.bias.copy_(child.bias)
         return new
 
-    swapped = _swap_linears(model, te_linear, settings.block_prefixes)
+    swapped = _swap_linears(model, te_linear, settings.block_prefixes, settings.skip_names)
     recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=settings.amax_history,
                             amax_compute_algo=settings.amax_algo)  # fmt: skip
     return Fp8(
@@ -342,7 +351,9 @@ def _apply_torchao(model: nn.Module, settings: Fp8Settings) -> Fp8:
     convert_to_float8_training(
         model,
         config=config,
-        module_filter_fn=lambda module, fqn: _fp8_linear(module, fqn, settings.block_prefixes),
+        module_filter_fn=lambda module, fqn: _fp8_linear(
+            module, fqn, settings.block_prefixes, settings.skip_names
+        ),
     )
     swapped = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
     precompute = settings.recipe == "tensorwise" and settings.gather_in_fp8
