@@ -223,8 +223,8 @@ def test_docker_one_container_for_all_runs(docker_launch):
     assert execs[0] == ["exec", "mlperf_bert", "python3", "-m", "training.preflight"]
     trials = [e for e in execs if e[-1] == "training/run_and_time.sh"]
     assert [e[1] for e in trials] == [f"--env=RUN_TAG={PREFIX}_1", f"--env=RUN_TAG={PREFIX}_2"]
-    assert all(e[3] == "--env=CLEAR_CACHES=1" and e[4:] == ["mlperf_bert", "bash", "training/run_and_time.sh"]
-               for e in trials)  # fmt: skip
+    assert all(e[3] == "--env=CLEAR_CACHES=1" and e[4] == f"--env=CONFIG_FILENAME=config_{SYSTEM}.sh"
+               and e[5:] == ["mlperf_bert", "bash", "training/run_and_time.sh"] for e in trials)  # fmt: skip
     assert execs[-1] == ["exec", "mlperf_bert", "python3", "-m", "training.scoring", "/results"]
     compliance = [e[-1] for e in execs if "training.scoring.compliance" in e]
     assert compliance == [f"/results/{PREFIX}_1.log", f"/results/{PREFIX}_2.log"]

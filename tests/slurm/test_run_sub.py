@@ -47,7 +47,12 @@ def test_two_nodes_without_container(job):
     trial = sruns[2]
     assert trial[:6] == [*per_node, "--kill-on-bad-exit=1", f"--chdir={REPO}"]
     assert trial[6:8] == ["env", f"RUN_TAG={PREFIX}_1"] and trial[8].startswith("SEED=")
-    assert trial[9:] == ["CLEAR_CACHES=1", "bash", "training/run_and_time.sh"]
+    assert trial[9:] == [
+        "CLEAR_CACHES=1",
+        "CONFIG_FILENAME=config_TEST_2x2x4.sh",
+        "bash",
+        "training/run_and_time.sh",
+    ]
     torchruns = job.module_calls("torch.distributed.run")
     assert [(r.env["RUN_TAG"], r.argv[3:6]) for r in torchruns] == [
         (f"{PREFIX}_{i}", ["--nnodes=2", f"--node_rank={node}", "--rdzv_endpoint=node1-mgmt:29500"])

@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from training import benchmarks, fp8
-from training.common.config import ConfigError, var
+from training import benchmarks
+from training.common.config import FP8_RECIPES, ConfigError, var
 from training.common.mlperf_loop import Schedule
 from training.llama.build import RunSpec
 from training.llama.model import PRESETS, LlamaShape
@@ -123,7 +123,7 @@ class LlamaPretrainConfig(LlamaRunSettings):
             problems.append(f"WARMUP_STEPS={self.warmup_steps} must be in [0, MAX_STEPS={self.max_steps})")
         for name, value, choices in (
             ("MODEL_SIZE", self.model_size, tuple(PRESETS)),
-            ("FP8_RECIPE", self.fp8_recipe, fp8.RECIPES),
+            ("FP8_RECIPE", self.fp8_recipe, FP8_RECIPES),
         ):
             if value not in choices:
                 problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
