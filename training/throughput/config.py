@@ -23,8 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.config import ConfigError
-from training.fp8 import BACKENDS as FP8_BACKENDS
+from training.common.config import FP8_BACKENDS, ConfigError
 from training.llama.attention import ATTENTIONS
 from training.llama.model import LlamaShape, RopeScaling
 
