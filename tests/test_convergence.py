@@ -74,3 +74,32 @@ def test_bad_inputs_are_named_and_nothing_is_overwritten(tmp_path):
     done = run("llama31_8b", "--datadir", str(tmp_path), "--out", str(tmp_path / "out"))
     assert done.returncode == 2 and "not empty" in done.stderr
     assert (tmp_path / "out" / "keep.log").read_text() == "an earlier check"
+
+
+def test_a_run_that_stops_on_an_error_stops_the_check(tmp_path):
+    """A data error is not "did not converge": the check stops on it, naming the run's log and the error,
+    with several runs at once too (`--jobs`)."""
+    (tmp_path / "data").mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.convergence",
+            "llama31_8b",
+            "--datadir",
+            str(tmp_path / "data"),
+            "--seeds",
+            "3",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "_seed1.log: the run stopped with data_error: missing data file" in done.stderr
+    assert not (tmp_path / "out" / "convergence.json").exists()

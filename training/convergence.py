@@ -31,6 +31,7 @@ the tests run.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
 import math
@@ -57,6 +58,8 @@ MODE_VARIABLES = (
     "FP4", "FP4_RECIPE", "HEALING_ITER", "HEALING_PRECISION", "WARMUP_RECIPE", "NVTE_MXFP4_USE_HADAMARD",
     "NVTE_NVFP4_DISABLE_RHT", "NVTE_NVFP4_DISABLE_2D_QUANTIZATION", "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
 )  # fmt: skip
+# how a run may end and still count: it learned to the target, or short of it, or diverged
+LEARNING_OUTCOMES = ("converged", "not_converged", "diverged")
 REFERENCE = {"COMPILE": "0", "ATTENTION": "sdpa", "LORA_KERNEL": "pytorch", "ADAMW_IMPL": "torch", "FP4": "0",
              "FP8_WEIGHTS": "0", "ACTIVATION_CHECKPOINTING": "0", "RESIDUAL_DTYPE": "fp32",
              "COMPILE_DIT": "0"}  # fmt: skip
@@ -145,11 +148,17 @@ def run_one(benchmark, base: dict[str, str], names: list[str], variables: dict[s
     log = out / f"{tag}.log"
     env = {**base, **variables, "SEED": str(seed), "DATADIR": str(datadir), "LOGDIR": str(out),
            "RUN_TAG": tag, "CONFIG_VARS": " ".join(sorted({*names, *variables}))}  # fmt: skip
+    if "INDEX_CACHE_DIR" in env:  # one a run: runs at once would write the same index files (`--jobs`)
+        env["INDEX_CACHE_DIR"] = str(Path(env["INDEX_CACHE_DIR"]) / tag)
     t0 = time.perf_counter()
     with open(log, "x") as f:
         done = subprocess.run([sys.executable, "-m", benchmark.entry], stdout=f, stderr=subprocess.STDOUT,
                               env=env, cwd=ROOT)  # fmt: skip
     seconds = time.perf_counter() - t0
+    stopped = out / f"{tag}.outcome.json"
+    status = json.loads(stopped.read_text()) if stopped.is_file() else {}
+    if status.get("status") not in (None, *LEARNING_OUTCOMES):
+        raise CheckError(f"{log}: the run stopped with {status['status']}: {status.get('detail', '')}"[:600])
     from training.scoring.runs import read_run
 
     run = read_run(log)
@@ -275,11 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reduce", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the reduced configuration, for both modes")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=5, help="runs per mode (at least 3; default 5)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs at once (toy models leave a GPU mostly idle; default 1)"
+    )
     parser.add_argument("--out", type=Path, help="a new folder for logs and the report (default: "
                         "results/convergence/<benchmark>_<time>)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         benchmark = benchmarks.runnable(args.benchmark, "BENCHMARK")
+        if args.jobs < 1:
+            raise CheckError(f"--jobs {args.jobs}: at least 1")
         if args.seeds < 3:
             raise CheckError(f"--seeds {args.seeds}: at least 3 (an olympic mean drops two)")
         if not args.datadir.is_dir():
@@ -313,16 +327,29 @@ def main(argv: list[str] | None = None) -> int:
     target = float(base_vars.get("TARGET", base_vars.get("TARGET_MLM_ACCURACY", "nan")))
     print(f"convergence: {benchmark.name}, {args.seeds} seeds x 2 modes on {'a GPU' if gpu else 'the CPU'}; "
           f"logs in {out}", flush=True)  # fmt: skip
-    outcomes = []
     runs = [(name, variables, seed) for seed in range(1, args.seeds + 1)
             for name, variables in (("reference", reference), ("mode", mode))]  # fmt: skip
-    for i, (name, variables, seed) in enumerate(runs, 1):
-        o = run_one(benchmark, base, names, variables, name, seed, out, args.datadir)
-        outcomes.append(o)
-        result = f"converged at {o.samples:.0f} samples" if o.converged else "did not converge"
-        print(
-            f"  [{i}/{len(runs)}] {name} seed {seed}: {result} ({o.seconds:.0f} s; {o.log.name})", flush=True
-        )
+    outcomes = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        pending = [
+            pool.submit(run_one, benchmark, base, names, v, name, seed, out, args.datadir)
+            for name, v, seed in runs
+        ]
+        try:
+            for i, done in enumerate(concurrent.futures.as_completed(pending), 1):
+                o = done.result()
+                outcomes.append(o)
+                result = f"converged at {o.samples:.0f} samples" if o.converged else "did not converge"
+                print(
+                    f"  [{i}/{len(runs)}] {o.mode} seed {o.seed}: {result} ({o.seconds:.0f} s; {o.log.name})",
+                    flush=True,
+                )
+        except CheckError as err:
+            for p in pending:
+                p.cancel()
+            print(f"convergence: {err}", file=sys.stderr)
+            return 2
+    outcomes.sort(key=lambda o: (o.seed, o.mode != "reference"))
     verdict = compare(
         [o for o in outcomes if o.mode == "reference"], [o for o in outcomes if o.mode == "mode"]
     )
