@@ -44,19 +44,21 @@ def attention(
     cu_seqlens: torch.Tensor | None = None,
     max_seqlen: int | None = None,
     window: int | None = None,
+    fp8_history: torch.Tensor | None = None,
 ):
     """Causal attention over (batch, seq, heads, head_dim) tensors; k/v may have fewer heads (GQA).
     With `cu_seqlens` (int32 boundaries of the sequences packed in a batch-1 row), attention stays inside each
     sequence: flash-attn's varlen kernel where it is the backend; on NVIDIA GPUs PyTorch's own varlen
     FlashAttention-2 (the kernel BERT's `torch_flash` runs); elsewhere one causal SDPA call per sequence.
     A row holding one sequence (the MLCommons GovReport rows) takes the plain causal path. With `window`,
-    each token sees only the `window` most recent tokens (itself included)."""
+    each token sees only the `window` most recent tokens (itself included). `fp8_history`: the layer's amax
+    history under FP8 attention (`training.llama.fp8_attention`)."""
     if cu_seqlens is not None and cu_seqlens.numel() == 2:
         cu_seqlens = None  # one sequence: plain causal attention
     if window is not None and cu_seqlens is not None:
         raise NotImplementedError("a sliding window over packed rows")
     if backend == "cudnn_fp8":  # FP8_DPA (`training.llama.fp8_attention`); the build refuses it with a window
-        return fp8_attention(q, k, v, cu_seqlens, max_seqlen)
+        return fp8_attention(q, k, v, cu_seqlens, max_seqlen, fp8_history)
     if window is not None and window < q.shape[1]:
         return windowed_attention(q, k, v, window, backend)
     if backend == "flash4":

@@ -191,6 +191,9 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
             applied.fp8.description += ", frozen weights stored in FP8"
     reset_lora(model)
     reset_after_materialize(model)
+    for module in model.modules():  # FP8 attention's amax histories: no backward yet
+        if getattr(module, "fp8_history", None) is not None:
+            module.fp8_history.zero_()
     applied.fp8.weights_changed(model)  # (the scales of FP8 all-gathers)
     if spec.fp8_weights and mesh is not None:
         stored = store_shards_in_fp8(model)

@@ -13,10 +13,13 @@ The numbers (what Transformer Engine's FP8 DPA computes on Hopper, with current 
 - The softmax probabilities P are quantized for P.V with scale 448: P <= 1, and P = 1 is reached (the first
   query sees only itself), so 448 / max P is 448.
 - dP = dO.V^T, and dS = P * (dP - rowsum(dO * O)), are quantized in the backward with a scale the kernel
-  cannot measure first (Hopper has no current scaling there): here 448 over a bound that holds by
-  Cauchy-Schwarz, |dO_i . V_j| <= max_i |dO_i| max_j |V_j| (rows over the head dimension) and
-  |rowsum(dO_i * O_i)| <= the same (O_i averages rows of V), so |dS| <= 2 max|dO_i| max|V_j|: nothing
-  saturates, at the price of resolution at the small end when the bound is loose.
+  cannot measure first (Hopper has no current scaling there), and so are dQ, dK, dV where they come out in
+  e4m3. Their scales are delayed, as Transformer Engine's are: 448 over the largest amax the kernel reported
+  in the layer's last `AMAX_HISTORY` backwards (`history`, a buffer of the attention module). With no
+  history yet (the first step), 448 over a bound that holds by Cauchy-Schwarz, |dO_i . V_j| <= max_i |dO_i|
+  max_j |V_j| (rows over the head dimension) and |rowsum(dO_i * O_i)| <= the same (O_i averages rows of
+  V), so |dS| <= 2 max|dO_i| max|V_j| (`_gradient_bounds`): nothing saturates, at the price of resolution
+  at the small end where the bound is loose.
 - O comes out in e4m3 (cuDNN's FP8 forward writes bf16 or fp16 on Blackwell only) with V's scale: each O_i
   averages rows of V, so max |O| <= max |V|; it is dequantized to bf16 for the model and kept as codes for
   the backward. The gradients dQ, dK, dV come out in bf16 where this cuDNN's backward writes it, else fp16,
@@ -43,6 +46,13 @@ from training.common.backends import importable
 from training.fp8.casts import E4M3_MAX, amax_of, cast, scale_of
 
 ROUND = 128  # a packed row's padded length is a multiple of this (fewer graph shapes)
+AMAX_HISTORY = 4  # backwards whose amaxes set the delayed scales (the configs' FP8 amax history)
+GRADIENTS = ("dP", "dQ", "dK", "dV")  # the rows of a history: the backward's quantized outputs
+
+
+def new_history(device) -> torch.Tensor:
+    """An empty amax history (no backward yet: the bounds set the first scales)."""
+    return torch.zeros(len(GRADIENTS), AMAX_HISTORY, device=device)
 
 
 def _cudnn():
@@ -145,11 +155,12 @@ def _one(device) -> torch.Tensor:
 
 @torch.library.custom_op("mlperf_llama::cudnn_fp8_attention_fwd", mutates_args=())
 def fp8_fwd(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_dtype: torch.dtype
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, history: torch.Tensor, grad_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O in bf16, the softmax stats, Q, K, V and O as e4m3, the inverse scales of Q, K, V (3,)) of causal
     attention over contiguous (b, s, heads, d) bf16 tensors; all but O are for the backward. O is written
-    in e4m3 with V's scale: each O_i averages rows of V, so max |O| <= max |V| and nothing saturates."""
+    in e4m3 with V's scale: each O_i averages rows of V, so max |O| <= max |V| and nothing saturates.
+    `history`: the layer's amax history, read and updated by the backward only."""
     (b, s, hq, d), hk = q.shape, k.shape[2]
     (q8, qi), (k8, ki), (v8, vi) = (_quantize(t) for t in (q, k, v))
     graph, tensors = _graphs(b, s, hq, hk, d, grad_dtype, q.device.index or 0)[0]
@@ -166,7 +177,7 @@ def fp8_fwd(
 
 
 @fp8_fwd.register_fake
-def _(q, k, v, grad_dtype):
+def _(q, k, v, history, grad_dtype):
     (b, s, hq, _), f32 = q.shape, torch.float32
     codes = [torch.empty_like(t, dtype=torch.float8_e4m3fn) for t in (q, k, v, q)]
     return torch.empty_like(q), q.new_empty((b, hq, s, 1), dtype=f32), *codes, q.new_empty(3, dtype=f32)
@@ -184,19 +195,30 @@ def _gradient_bounds(dout, q8, v8, inverses) -> tuple[torch.Tensor, torch.Tensor
     return ds, grads.clamp(min=1e-30)
 
 
-@torch.library.custom_op("mlperf_llama::cudnn_fp8_attention_bwd", mutates_args=())
+@torch.library.custom_op("mlperf_llama::cudnn_fp8_attention_bwd", mutates_args=("history",))
 def fp8_bwd(
-    dout: torch.Tensor, q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, o8: torch.Tensor,
-    stats: torch.Tensor, inverses: torch.Tensor, grad_dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    dout: torch.Tensor,
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    v8: torch.Tensor,
+    o8: torch.Tensor,
+    stats: torch.Tensor,
+    inverses: torch.Tensor,
+    history: torch.Tensor,
+    grad_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV (bf16) of `fp8_fwd` from the gradient of its output; computed in `grad_dtype` (e4m3: each
-    scaled by its bound, `_gradient_bounds`)."""
+    by its delayed scale). dP's and the e4m3 gradients' scales come from `history` (their bounds while it is
+    empty), and this backward's amaxes go into it."""
     (b, s, hq, d), hk = q8.shape, k8.shape[2]
     do8, doi = _quantize(dout)
     graph, tensors = _graphs(b, s, hq, hk, d, grad_dtype, q8.device.index or 0)[1]
-    ds, bounds = _gradient_bounds(dout, q8, v8, inverses)
+    ds_bound, bounds = _gradient_bounds(dout, q8, v8, inverses)
+    seen = history.amax(dim=1)
+    chosen = torch.where(seen > 0, seen, torch.cat([ds_bound.reshape(1), bounds]))
+    ds = chosen[0]
     fp8_grads = grad_dtype == torch.float8_e4m3fn
-    scales = E4M3_MAX / bounds if fp8_grads else torch.ones(3, device=q8.device)
+    scales = E4M3_MAX / chosen[1:] if fp8_grads else torch.ones(3, device=q8.device)
     grads = [torch.empty(t.shape, dtype=grad_dtype, device=q8.device) for t in (q8, k8, v8)]
     one = _one(q8.device)
     qi, ki, vi = (inverses[i].reshape(1, 1, 1, 1) for i in range(3))
@@ -207,28 +229,31 @@ def fp8_bwd(
             "scale_dQ": scales[0].reshape(1, 1, 1, 1), "scale_dK": scales[1].reshape(1, 1, 1, 1),
             "scale_dV": scales[2].reshape(1, 1, 1, 1),
             "dq": grads[0], "dk": grads[1], "dv": grads[2]}  # fmt: skip
-    data.update({f"amax{i}": torch.empty(1, 1, 1, 1, device=q8.device) for i in range(4)})
+    amaxes = torch.zeros(4, device=q8.device)  # the backward's order: dQ, dK, dV, dP
+    data.update({f"amax{i}": amaxes[i : i + 1].view(1, 1, 1, 1) for i in range(4)})
     _run(graph, tensors, data, q8.device)
+    latest = amaxes[[3, 0, 1, 2]] if fp8_grads else torch.cat([amaxes[3:], seen[1:]])
+    history.copy_(torch.cat([latest[:, None], history[:, :-1]], dim=1))
     if not fp8_grads:
         return tuple(g.to(dout.dtype) for g in grads)
     return tuple((g.float() / scales[i]).to(dout.dtype) for i, g in enumerate(grads))
 
 
 @fp8_bwd.register_fake
-def _(dout, q8, k8, v8, o8, stats, inverses, grad_dtype):
+def _(dout, q8, k8, v8, o8, stats, inverses, history, grad_dtype):
     return tuple(torch.empty_like(t, dtype=dout.dtype) for t in (q8, k8, v8))
 
 
 def _setup(ctx, inputs, output):
     _, stats, q8, k8, v8, o8, inverses = output
     ctx.save_for_backward(q8, k8, v8, o8, stats, inverses)
-    ctx.grad_dtype = inputs[3]
+    ctx.history, ctx.grad_dtype = inputs[3], inputs[4]
 
 
 def _backward(ctx, dout, *_):
     q8, k8, v8, o8, stats, inverses = ctx.saved_tensors
-    dq, dk, dv = fp8_bwd(dout.contiguous(), q8, k8, v8, o8, stats, inverses, ctx.grad_dtype)
-    return dq, dk, dv, None
+    dq, dk, dv = fp8_bwd(dout.contiguous(), q8, k8, v8, o8, stats, inverses, ctx.history, ctx.grad_dtype)
+    return dq, dk, dv, None, None
 
 
 fp8_fwd.register_autograd(_backward, setup_context=_setup)
@@ -238,14 +263,19 @@ fp8_fwd.register_autograd(_backward, setup_context=_setup)
 GRAD_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
-def fp8_attention(q, k, v, cu_seqlens=None, max_seqlen=None, grad_dtype: torch.dtype | None = None):
+def fp8_attention(
+    q, k, v, cu_seqlens=None, max_seqlen=None, history=None, grad_dtype: torch.dtype | None = None
+):
     """Causal attention over (batch, seq, heads, head_dim) bf16 tensors in FP8 (k, v may have fewer heads);
-    with int32 `cu_seqlens` (the sequences packed in a batch-1 row), attention stays inside each sequence."""
+    with int32 `cu_seqlens` (the sequences packed in a batch-1 row), attention stays inside each sequence.
+    `history`: the layer's amax history (`new_history`), kept from step to step; None: a new one (the first
+    step's bounds every time)."""
     grad_dtype = grad_dtype or gradient_dtype(q.device)
+    history = new_history(q.device) if history is None else history
     if cu_seqlens is None or cu_seqlens.numel() == 2:
         q, k, v = (t.contiguous() for t in (q, k, v))
-        return fp8_fwd(q, k, v, grad_dtype)[0]
-    return as_batch(q, k, v, cu_seqlens, lambda *padded: fp8_fwd(*padded, grad_dtype)[0])
+        return fp8_fwd(q, k, v, history, grad_dtype)[0]
+    return as_batch(q, k, v, cu_seqlens, lambda *padded: fp8_fwd(*padded, history, grad_dtype)[0])
 
 
 def as_batch(q, k, v, cu_seqlens: torch.Tensor, causal):
@@ -288,13 +318,16 @@ def attention_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def compare(q, k, v, cu_seqlens, grad_dtype, generator) -> dict[str, float]:
     """The relative errors of the FP8 output and gradients (bf16 copies of q, k, v) against float32
-    attention."""
-    fast_in = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+    attention, in the steady state: the second of two steps on the same tensors, the first having filled
+    the amax history that sets the delayed scales."""
     slow_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
-    got = fp8_attention(*fast_in, cu_seqlens=cu_seqlens, grad_dtype=grad_dtype)
     want = reference(*slow_in, cu_seqlens=cu_seqlens)
     g = torch.randn(want.shape, device=want.device, generator=generator)
-    (got.float() * g).sum().backward()
+    history = new_history(q.device)
+    for _ in range(2):
+        fast_in = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+        got = fp8_attention(*fast_in, cu_seqlens=cu_seqlens, history=history, grad_dtype=grad_dtype)
+        (got.float() * g).sum().backward()
     (want * g).sum().backward()
     errors = {"output": attention_error(got, want)}
     errors.update({f"d{n}": attention_error(a.grad, b.grad) for n, a, b in zip("qkv", fast_in, slow_in)})

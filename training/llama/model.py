@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.llama.attention import attention
+from training.llama.fp8_attention import new_history
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,11 @@ class Attention(nn.Module):
         # maps the attention output to a delta of o_proj's.
         self.qkv_adapter: nn.Module | None = None
         self.o_adapter: nn.Module | None = None
+        # FP8 attention's amax history (its gradients' delayed scales); zeroed after materialization
+        if backend == "cudnn_fp8":
+            self.register_buffer("fp8_history", new_history(None), persistent=False)
+        else:
+            self.fp8_history = None
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
         return self.output(self.attend(*self.project(x, cos, sin), cu_seqlens, max_seqlen))
@@ -213,7 +219,7 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, cu_seqlens=None, max_seqlen=None):
         """The attention kernel on q, k, v (batch, seq, heads, head_dim): this layer's backend and window."""
-        return attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window)
+        return attention(q, k, v, self.backend, cu_seqlens, max_seqlen, self.window, self.fp8_history)
 
     def output(self, out):
         """The attention's output (batch, seq, heads, head_dim) -> (batch, seq, hidden)."""
