@@ -3,6 +3,12 @@ session"), no issue or pull-request number ("issue 38", "#38") anywhere in them,
 and docstrings. History lives in the commit messages and `perf/RESULTS_ARCHIVE.md`; a measured figure in
 `perf/RESULTS.md`'s generated tables.
 
+The shipped configs' comments (configs/*/*.sh) hold no measured figure (a percentage, a memory figure in GiB
+or a GB difference, a rate, a ratio) and no project status ("not yet run"): `perf/RESULTS.md` holds them, and
+a config points to its section by name (`perf/RESULTS.md, "The configs' settings"`), which must exist. A
+config may name sizes that are settings ("8192 tokens", "GBS 8"), vendors' figures ("LR 6e-4 over 550 steps")
+and a card's memory in GB as its vendor states it ("141 GB per GPU").
+
 Read: Python, shell, SLURM and Docker files, TOML, requirements, and the JSON of configs/ and tests/ (their
 notes). Not read: the Markdown (results, archive, READMEs), `tests/data/` and `perf/results/` (recorded
 outputs), the bundled sample text. Dates are data, not history, in a string a test feeds to code (a log line,
@@ -36,6 +42,22 @@ EVERYWHERE = {
     "an ordinal of past work": re.compile(ORDINAL, re.I),
     "an issue number": re.compile(ISSUE, re.I),
 }
+CONFIGS = "configs/"
+# In a config's comments: "+3%", "126.8 GiB", "16 GB more", "2,681 tokens/s", "~10x slower", "1.06x ACL 40's",
+# "runs no faster than 80", "not yet run on 8 GPUs", "has not run here", "an 8-GPU run should confirm it".
+# Not "141 GB per GPU" (a card), "x 8 GPUs", "config_MI355X_01x08x64.sh", a pointer to "What has not run".
+NUMBER = r"(?<![\w.,])[+~-]?\d[\d,]*(?:\.\d+)?"
+MEASURED = {
+    "a measured figure": re.compile(
+        rf"{NUMBER} ?(?:%|GiB\b)|{NUMBER} GB (?:more|less|of\b)|\b(?:tokens|samples|images)/s\b|TFLOP"
+        rf"|{NUMBER}x(?!\w)|\bno (?:faster|slower) than\b",
+        re.I,
+    ),
+    "a project status": re.compile(
+        r"\bnot yet\b|\bha(?:s|ve)(?: not)? run\b|\bnot run\b|\bshould confirm\b|\bthe path that has\b", re.I
+    ),
+}
+POINTER = re.compile(r'perf/RESULTS\.md,\s+"([^"]+)"')  # a section of RESULTS.md, by its heading
 
 
 def files(root: Path = ROOT) -> list[Path]:
@@ -105,6 +127,29 @@ def problems(path: Path, root: Path = ROOT) -> list[str]:
         for first, comment in comments(path, text):
             found += [f"{rel}:{first + comment.count(chr(10), 0, m.start())}: a date: {m.group(0)!r}"
                       for m in DATE.finditer(comment)]  # fmt: skip
+    if rel.startswith(CONFIGS) and path.suffix == ".sh":
+        found += config_problems(path, text, root)
+    return found
+
+
+def config_problems(path: Path, text: str, root: Path) -> list[str]:
+    """A measured figure or a project status in a config's comments (a phrase wrapped over lines is one),
+    and a pointer to a section that `perf/RESULTS.md` lacks."""
+    rel = path.relative_to(root).as_posix()
+    lines = [""] * len(text.splitlines())
+    for number, comment in comments(path, text):
+        lines[number - 1] = comment
+    said = "\n".join(lines)
+    found = []
+    results = root / "perf" / "RESULTS.md"
+    headings = set(re.findall(r"^##+ (.+?)\s*$", results.read_text(), re.M)) if results.exists() else set()
+    for line, pointer in matches(said, POINTER):
+        if (section := POINTER.fullmatch(pointer).group(1)) not in headings:
+            found.append(f"{rel}:{line}: a pointer to no section of perf/RESULTS.md: {section!r}")
+    # a section's name is no status ("What has not run"): blanked, its line breaks kept
+    said = POINTER.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), said)
+    for what, pattern in MEASURED.items():
+        found += [f"{rel}:{line}: {what}: {m!r}" for line, m in matches(said, pattern)]
     return found
 
 
@@ -128,3 +173,56 @@ def test_the_patterns_fire_on_history_and_not_on_versions_or_data(tmp_path):
     shell = tmp_path / "x.sh"
     shell.write_text('echo "${#names[@]}"  # the count\nurl="https://example.com/a#12"\n')
     assert problems(fine, tmp_path) == [] and problems(shell, tmp_path) == []
+
+
+OLD_CONFIG = """\
+# Not yet run on 8 GPUs by this toolkit. On 4 x H200 native FP8 at ACL=24 peaks at 126.8 GiB of 139.8
+# (config_H200_1x4x2.sh); a kept block adds 1.41 GiB. An 8-GPU run should confirm it.
+export ACL=14  # 141 GB per GPU (the runs above: fragmentation at 141 GB of 141)
+# Blocks stay gathered from forward to backward: +3% on 4 x H200 for 16 GB more per GPU (perf/RESULTS.md).
+# one thread: two spinning OpenMP threads per op are ~10x slower than one; ACL 76 runs no faster than 80
+# the trainer 2,681-2,697 tokens/s at 824 TFLOP/s, the bench 1.06x ACL 40's speed (not yet run on one)
+# NVIDIA trained fp16 with Transformer Engine FP8, which has not run here: bf16, the path that has.
+"""
+NEW_CONFIG = """\
+# Llama 2 70B LoRA on 1 node x 8 H200 (config_MI355X_01x08x64.sh, 8xMI325X_EPYC_9575F_pytorch): GBS 8
+# (MINIBS 1 x 8 GPUs), LR 6e-4 over 550 steps, 8192 tokens; the sharded state (16 bytes x 8.0e9 = 128 GB).
+export ACL=14  # 141 GB per GPU: derived (perf/RESULTS.md, "The configs' settings"); MLPerf v5.1 values
+# Transformer Engine: perf/RESULTS.md, "What
+# has not run".
+"""
+
+
+def test_the_config_patterns_fire_on_figures_and_status_and_not_on_settings(tmp_path):
+    (tmp_path / "perf").mkdir()
+    (tmp_path / "perf" / "RESULTS.md").write_text(
+        "# Results\n\n## The configs' settings\n\n## What has not run\n"
+    )
+    (tmp_path / "configs" / "x").mkdir(parents=True)
+    old = tmp_path / "configs" / "x" / "config_old.sh"
+    old.write_text(OLD_CONFIG)
+    said = [p.split(": ", 1)[1] for p in problems(old, tmp_path)]
+    assert said == [
+        "a measured figure: '126.8 GiB'",
+        "a measured figure: '1.41 GiB'",
+        "a measured figure: '141 GB of'",
+        "a measured figure: '+3%'",
+        "a measured figure: '16 GB more'",
+        "a measured figure: '~10x'",
+        "a measured figure: 'no faster than'",
+        "a measured figure: 'tokens/s'",
+        "a measured figure: 'TFLOP'",
+        "a measured figure: '1.06x'",
+        "a project status: 'Not yet'",
+        "a project status: 'should confirm'",
+        "a project status: 'not yet'",
+        "a project status: 'has not run'",
+        "a project status: 'the path that has'",
+    ]
+    new = tmp_path / "configs" / "x" / "config_new.sh"
+    new.write_text(NEW_CONFIG)
+    assert problems(new, tmp_path) == []
+    new.write_text(NEW_CONFIG.replace("The configs' settings", "The settings"))
+    assert [p.split(": ", 1)[1] for p in problems(new, tmp_path)] == [
+        "a pointer to no section of perf/RESULTS.md: 'The settings'"
+    ]

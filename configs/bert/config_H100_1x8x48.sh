@@ -11,13 +11,12 @@ export LR=0.00096 MAX_STEPS=3680 WARMUP_PROPORTION=0.0 START_WARMUP_STEP=0
 export OPT_LAMB_BETA_1=0.60466 OPT_LAMB_BETA_2=0.85437 WEIGHT_DECAY_RATE=0.1 INIT_LOSS_SCALE=1024.0
 export MAX_SAMPLES_TERMINATION=4500000 EVAL_ITER_START_SAMPLES=150000 EVAL_ITER_SAMPLES=150000
 export TARGET_MLM_ACCURACY=0.720
-# Ours, not NVIDIA's: the fastest mode measured on an H100 (its speed and loss parity: perf/RESULTS.md): the
-# compiled step in CUDA graphs (its warm-up runs before run_start), native FP8 linears, the residual stream in
-# bf16; 21.9 GiB peak at 48 rows on one H100. Its losses track eager bf16, from random init its curve stays
-# within 0.10% of bf16's loss over 462 steps (the token-frequency plateau only: no phase-1 checkpoint here),
-# and it passes the convergence check.
+# Ours, not NVIDIA's: the fastest mode on an H100: the compiled step in CUDA graphs (its warm-up runs before
+# run_start), native FP8 linears, the residual stream in bf16. Its losses track eager bf16 (from random init:
+# the token-frequency plateau only, no phase-1 checkpoint here), and it passes the convergence check. Its
+# speed and loss parity: perf/RESULTS.md's tables; its memory and curve: perf/RESULTS.md, "The configs' settings".
 # PRECISION=bf16 COMPILE_MODE=default RESIDUAL_DTYPE=fp32 is the plain reference.
-# NVIDIA trained fp16 with Transformer Engine FP8 (--use_transformer_engine2), which has not run here: FP8 here
-# is the native path measured above.
+# NVIDIA trained fp16 with Transformer Engine FP8 (--use_transformer_engine2); FP8 here is the native path
+# (Transformer Engine: perf/RESULTS.md, "What has not run").
 export COMPILE=1 COMPILE_MODE=reduce-overhead PRECISION=fp8 FP8_BACKEND=native RESIDUAL_DTYPE=bf16
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=H100

@@ -11,9 +11,8 @@ export LR=0.00096 MAX_STEPS=4000 WARMUP_PROPORTION=0.0 START_WARMUP_STEP=0
 export OPT_LAMB_BETA_1=0.60466 OPT_LAMB_BETA_2=0.99437 WEIGHT_DECAY_RATE=0.1 INIT_LOSS_SCALE=1024.0
 export MAX_SAMPLES_TERMINATION=4500000 EVAL_ITER_START_SAMPLES=290000 EVAL_ITER_SAMPLES=290000
 export TARGET_MLM_ACCURACY=0.720
-# Precision: AMD trained fp16 with FP8 matmuls (its ROCm Transformer Engine layers); neither fp16 nor
-# Transformer Engine has run on this toolkit's GPUs, and native FP8 does not multiply the FNUZ formats of
-# MI300X/MI325X: PRECISION=auto (bf16) here, the path that has.
+# Precision: AMD trained fp16 with FP8 matmuls (its ROCm Transformer Engine layers: perf/RESULTS.md, "What
+# has not run"), and native FP8 does not multiply the FNUZ formats of MI300X/MI325X: PRECISION=auto (bf16).
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=MI300X
 # ROCm runtime settings AMD's config carries.
 export HIP_FORCE_DEV_KERNARG=1 TORCH_BLAS_PREFER_HIPBLASLT=1

@@ -14,7 +14,8 @@ DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=1 WALLTIME=15
 export CPU_DEMO=1 PRECISION=fp32 LOG_FREQ=100
-# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are ~10x slower than one
+# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are much slower than one
+# (perf/RESULTS.md, "The configs' settings")
 export OMP_NUM_THREADS=1
 export MODEL_SIZE=tiny
 # The reference's recipe (AdamW 0.9/0.95, decay 0.1, clip 1, linear warm-up then a constant LR) at a batch

@@ -2,7 +2,7 @@
 # Llama 2 70B LoRA on 1 node x 8 B200: the v6.0 schedule of NVIDIA's NeMo 26.04 8-GPU configs
 # (config_*_1x8x1xtp1pp1cp1_fp4.sh of its partners: LR 6e-4 over 550 steps; v5.0's was 5.5e-4 over 800).
 # Their recipe trains NVFP4 with an FP8 "healing" from step 350: FP4=True FP4_RECIPE=nvfp4 HEALING_ITER=350
-# runs it here on B200's 4-bit GEMMs (not yet run on one); this config trains FP8.
+# runs it here on B200's 4-bit GEMMs (perf/RESULTS.md, "What has not run"); this config trains FP8.
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

@@ -13,12 +13,12 @@ DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=1 WALLTIME=15
 export CPU_DEMO=1 PRECISION=fp32 WARMUP=0
-# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are ~10x slower than one
+# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are much slower than one
+# (perf/RESULTS.md, "The configs' settings")
 export OMP_NUM_THREADS=1
 export MAX_SEQLEN=256 MINIBS=8 MBS=4 LR=1.5e-2 MAX_STEPS=192
-# The validation loss of the held-out articles' summaries falls from ~5.85 to 5.51-5.61 over the 192 steps
-# (three seeds, 2 cores); 5.68 is reached after 640-896 samples, in about a minute, where a run stops (at
-# 5.63-5.65). Seeds 1000-1009 converge after 384-1,152 samples; seed 1728352858 does not: it hovers at
-# 5.71-5.80 to the sample limit (a run not converged, as MLPerf counts).
+# The validation loss of the held-out articles' summaries falls to TARGET within MAX_STEPS, where a run stops;
+# a drawn seed may hover above it to the sample limit (a run not converged, as MLPerf counts). The losses and
+# seeds: perf/RESULTS.md, "The configs' settings".
 export SKIP_EVALS=0 VAL_CHECK_INTERVAL=128 TARGET=5.68
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=CPU

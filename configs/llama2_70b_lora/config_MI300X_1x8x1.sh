@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Llama 2 70B LoRA on 1 node x 8 MI300X: AMD's MLPerf Training v5.1 values (config_MI300X_1x8x1.sh).
-# Not yet run on 8 GPUs by this toolkit (one-GPU measurements: perf/RESULTS.md).
+# Where it stands: perf/RESULTS.md, "What has not run".
 # Prepare DATADIR once (input_preprocessing/llama2_70b_lora/README.md), then source this file and:
 #   export CONT=mlperf/llama70b DATADIR=/data/mlperf_llama2 LOGDIR=./results NEXP=10 && bash run_with_docker.sh
 export BENCHMARK=llama2_70b_lora
@@ -20,8 +20,8 @@ export PRECISION=fp8 FP8_BACKEND=auto FP8_PARAM_GATHER=1 WARMUP=1 WARMUP_TRAIN_S
 # Delayed scaling's amax as AMD's and NVIDIA's v5.x configs set it: the most recent of a 4-step history.
 export FP8_AMAX_HISTORY=4 FP8_AMAX_ALGO=most_recent
 # Precision: the submission's FP8, but on this GPU FP8_BACKEND=auto is Transformer Engine (AMD's own path: native
-# FP8 does not multiply the FNUZ formats of MI300X/MI325X), which has not run on this toolkit's GPUs;
-# PRECISION=bf16 is the path that has.
+# FP8 does not multiply the FNUZ formats of MI300X/MI325X; perf/RESULTS.md, "What has not run");
+# PRECISION=bf16 runs without it.
 export ACTIVATION_CHECKPOINTING=1 ACL=21  # AMD: recompute the first 21 blocks (192 GB per GPU)
 export MLPERF_SUBMISSION_ORG=${MLPERF_SUBMISSION_ORG:-reproduction} MLPERF_SUBMISSION_PLATFORM=MI300X
 # ROCm runtime settings AMD's configs carry.

@@ -16,9 +16,11 @@ export MAX_STEPS=1200000 EVAL_EVERY=12288 START_EVAL_AT=0 EVAL_SAMPLES=1024 TARG
 # does not converge, set MAX_SAMPLES_TERMINATION (not theirs; the data order does not depend on it).
 export TENSOR_MODEL_PARALLEL_SIZE=1 PIPELINE_MODEL_PARALLEL_SIZE=1 CONTEXT_PARALLEL_SIZE=1
 # FP8 (NVIDIA's v5.1 8B results are NVFP4; FP8 is what B200 submitters such as University of Florida ran):
-# FP8_BACKEND=auto: our native FP8 (=te for the NGC image's Transformer Engine, not run by this toolkit).
+# FP8_BACKEND=auto: our native FP8 (=te for the NGC image's Transformer Engine: perf/RESULTS.md,
+# "What has not run").
 export PRECISION=fp8 FP8_BACKEND=auto COMPILE=1 ACTIVATION_CHECKPOINTING=0
-# Blocks stay gathered from forward to backward: +3% on 4 x H200 for 16 GB more per GPU (perf/RESULTS.md).
+# Blocks stay gathered from forward to backward (half the all-gathers): faster, for the whole model's bf16
+# weights held on each GPU (perf/RESULTS.md, "The configs' settings").
 export RESHARD_AFTER_FORWARD=0
 # Two forward+backward passes on random tokens before run_start compile the blocks (no weight update).
 export SYNTHETIC_WARMUP_STEPS=2

@@ -12,7 +12,8 @@ DGXSYSTEM=$(basename "${CONFIG_FILE}" .sh)
 export CONFIG_FILE DGXSYSTEM=${DGXSYSTEM#config_}
 export DGXNNODES=1 DGXNGPU=1 WALLTIME=15
 export CPU_DEMO=1 PRECISION=fp32 NUM_WORKERS=0 LOG_FREQ=32
-# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are ~10x slower than one
+# one thread: on a shared 2-core machine, two spinning OpenMP threads per op are much slower than one
+# (perf/RESULTS.md, "The configs' settings")
 export OMP_NUM_THREADS=1
 export TRAIN_DATA_PREFIX=wiki-train_text_document VALID_DATA_PREFIX=wiki-validation_text_document
 export MODEL_SIZE=8b NUM_LAYERS=2 HIDDEN_SIZE=64 FFN_HIDDEN_SIZE=192 NUM_ATTENTION_HEADS=4 NUM_QUERY_GROUPS=2

@@ -27,8 +27,8 @@ def test_cpu_default_end_to_end(tmp_path):
     )
     assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-3000:]
 
-    # seeds 1000 and 1001: a drawn seed does not always converge (1728352858 hovered at 5.71 and more; the
-    # config's comment), and this test is about the pipeline, not about the odds of a seed
+    # seeds 1000 and 1001: a drawn seed does not always converge (perf/RESULTS.md, "The configs' settings"),
+    # and this test is about the pipeline, not about the odds of a seed
     env = {**env, "CONFIG_FILE": str(CONFIG), "DATADIR": str(data), "LOGDIR": str(logdir), "NEXP": "2",
            "CONTAINER_RUNTIME": "none", "SEED": "1000"}  # fmt: skip
     proc = subprocess.run(["bash", "-c", 'source "${CONFIG_FILE}" && exec bash run_with_docker.sh'], env=env,
