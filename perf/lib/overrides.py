@@ -1,0 +1,121 @@
+"""A bench's variants as its benchmark's config plus overrides in the config's own names.
+
+A variant is written on the command line as
+
+    'LABEL: NAME=VALUE NAME=VALUE ...'
+
+LABEL (one word, ending in a colon) names the variant in the results; without it the overrides, as written,
+name it (`base` when there are none). Each NAME is a variable of the benchmark's typed config (`PRECISION`,
+`FP8_BACKEND`, `COMPILE`, `ACTIVATION_CHECKPOINTING`, ...), so a row of results names the lines to paste into
+a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted.
+
+A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
+config file, sourced as `training.convergence` sources one, over the bench's own values for what a bench
+does not read: data folders, batch) with the overrides on top, through `from_env`, which answers a misspelt
+name with the nearest one.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from training import benchmarks
+from training.common.config import ConfigError, from_env
+
+
+class OverrideError(ValueError):
+    """A variant or override the bench cannot read, named."""
+
+
+def parse(words: Sequence[str]) -> dict[str, str]:
+    """`NAME=VALUE` words as {NAME: VALUE}, in order (a later word for the same NAME wins)."""
+    out: dict[str, str] = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or not name.isidentifier() or name != name.upper():
+            raise OverrideError(f"{word!r}: expected NAME=VALUE with a config variable's NAME (upper case)")
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    overrides: dict[str, str]
+
+    def words(self) -> str:
+        """The overrides as config lines would set them, space-separated."""
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.overrides.items())
+
+
+def variant(text: str) -> Variant:
+    """A variant from its command-line form (`LABEL: NAME=VALUE ...`, the label optional)."""
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise OverrideError(f"variant {text!r}: {err}") from None
+    label = None
+    if words and words[0].endswith(":"):
+        label, words = words[0][:-1], words[1:]
+        if not label or "=" in label:
+            raise OverrideError(f"variant {text!r}: the label before ':' must be one word without '='")
+    try:
+        overrides = parse(words)
+    except OverrideError as err:
+        raise OverrideError(f"variant {text!r}: {err}") from None
+    named = Variant(label or "", overrides)
+    return Variant(label or named.words() or "base", overrides)
+
+
+def variants(texts: Sequence[str]) -> list[Variant]:
+    """Each text's variant; two with one label are an error (the results are keyed by label)."""
+    out = [variant(text) for text in texts]
+    labels = [v.label for v in out]
+    if twice := sorted({label for label in labels if labels.count(label) > 1}):
+        raise OverrideError(f"variant label(s) {', '.join(twice)} given twice: label each 'LABEL: ...'")
+    return out
+
+
+@dataclass(frozen=True)
+class Base:
+    """What every variant starts from: `environ`, of which `given` came from a config file."""
+
+    environ: dict[str, str]
+    given: tuple[str, ...] = ()
+
+
+def base(benchmark: str, config: Path | None, bench_values: Mapping[str, str]) -> Base:
+    """The variables a variant starts from: `bench_values` (what the bench sets for settings it does not
+    read), then the config file's exports when one is given. The file must be `benchmark`'s."""
+    environ = dict(bench_values)
+    if config is None:
+        return Base(environ)
+    from training.convergence import CheckError, sourced
+
+    try:
+        exported = sourced(config)
+    except CheckError as err:
+        raise OverrideError(str(err)) from None
+    if exported.get("BENCHMARK", benchmark) != benchmark:
+        raise OverrideError(f"{config} is a {exported['BENCHMARK']} config, not {benchmark}'s")
+    environ.update(exported)
+    return Base(environ, tuple(exported))
+
+
+def config_class(benchmark: str):
+    """The benchmark's typed config class (its package's `RunSettings` subclass)."""
+    from training.convergence import config_class as find
+
+    return find(benchmarks.BENCHMARKS[benchmark])
+
+
+def build(cls, start: Base, overrides: Mapping[str, str]):
+    """`cls` from `start` with `overrides` on top. The overrides' names and the config file's are checked as
+    a config file's are: a name `cls` does not know is an error naming the nearest one it does."""
+    try:
+        return from_env(cls, {**start.environ, **overrides}, [*start.given, *overrides])
+    except ConfigError as err:
+        raise OverrideError(str(err)) from None
