@@ -9,6 +9,12 @@ name it (`base` when there are none). Each NAME is a variable of the benchmark's
 `FP8_BACKEND`, `COMPILE`, `ACTIVATION_CHECKPOINTING`, ...), so a row of results names the lines to paste into
 a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted.
 
+Every bench that takes variants so has the same options (`add_arguments`): `--config FILE` (the base; default
+the benchmark's typed defaults), `--set 'NAME=VALUE ...'` (overrides every variant starts from, the reference
+included), `--variant '...'` (repeated, one per variant) and `--reference '...'` (the variant the others'
+losses are compared with, run first; `none`: none). A row of results records its variant's overrides, those
+of `--set` first.
+
 A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
 config file, sourced as `training.convergence` sources one, over the bench's own values for what a bench
 does not read: data folders, batch) with the overrides on top, through `from_env`, which answers a misspelt
@@ -17,6 +23,7 @@ name with the nearest one.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -119,3 +126,61 @@ def build(cls, start: Base, overrides: Mapping[str, str]):
         return from_env(cls, {**start.environ, **overrides}, [*start.given, *overrides])
     except ConfigError as err:
         raise OverrideError(str(err)) from None
+
+
+def add_arguments(ap: argparse.ArgumentParser, variants: Sequence[str], reference: str) -> None:
+    """The variant options every bench shares (this module's docstring)."""
+    ap.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a config file of the benchmark, the variants' base (default: its typed defaults)",
+    )
+    ap.add_argument(
+        "--set",
+        dest="common",
+        default="",
+        metavar="'NAME=VALUE ...'",
+        help="overrides every variant starts from, the reference included",
+    )
+    ap.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        default=None,
+        metavar="'LABEL: NAME=VALUE ...'",
+        help=f"a variant, repeatable (default: {' | '.join(map(repr, variants))})",
+    )
+    ap.add_argument(
+        "--reference",
+        default=reference,
+        metavar="'LABEL: NAME=VALUE ...'",
+        help="the variant the others' losses are compared with, run first ('none': none)",
+    )
+    ap.set_defaults(default_variants=list(variants))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A bench call's variants in the order they run (the reference first), each with `--set`'s overrides
+    under its own; `peers`: the labels of those the peer's model runs (the bench's `--peer`)."""
+
+    reference: Variant | None
+    runs: list[Variant]
+    peers: frozenset[str] = frozenset()
+
+
+def from_args(args: argparse.Namespace, peers: Sequence[str] = ()) -> Plan:
+    """The plan of `add_arguments`' options and the bench's peer variants. A variant that is the reference
+    (its label and overrides) runs once; labels must otherwise differ."""
+    common = variant(args.common).overrides
+    reference = None if args.reference == "none" else variant(args.reference)
+    ours = [variant(text) for text in args.variants or args.default_variants]
+    ours = [v for v in ours if v != reference]
+    theirs = [variant(text) for text in peers]
+    found = ([reference] if reference else []) + ours + theirs
+    labels = [v.label for v in found]
+    if twice := sorted({label for label in labels if labels.count(label) > 1}):
+        raise OverrideError(f"variant label(s) {', '.join(twice)} given twice: label each 'LABEL: ...'")
+    runs = [Variant(v.label, {**common, **v.overrides}) for v in found]
+    return Plan(runs[0] if reference else None, runs, frozenset(v.label for v in theirs))

@@ -57,8 +57,11 @@ SEED_WINDOW = 1  # the noise at a step is the seeds' largest spread within this 
 # runs' spikes land differs by a step, and two curves that cross agree at one step by chance
 
 
-def kind_of(variant: str) -> str:
-    """The tolerance class of a variant by its name: any FP8 variant is "fp8", the rest "bf16"."""
+def kind_of(variant: str, record: dict | None = None) -> str:
+    """The tolerance class of a variant: "fp8" where its record says its matmuls ran in FP8 (`fp8_matmuls`),
+    else by its name (any with "fp8" in it), "bf16" for the rest."""
+    if record is not None and "fp8_matmuls" in record:
+        return "fp8" if record["fp8_matmuls"] else "bf16"
     return "fp8" if "fp8" in variant else "bf16"
 
 
@@ -184,7 +187,7 @@ def check_all(
         if skip and name in skip:
             r["parity"] = {"ok": True, "verdict": f"not compared: {skip[name]}", "reference": reference}
             continue
-        record = verdict(r["losses"], None if name == reference else ref, uniform, kind_of(name), reference,
+        record = verdict(r["losses"], None if name == reference else ref, uniform, kind_of(name, r), reference,
                          twin)  # fmt: skip
         if name != reference and ref is None and record["ok"]:
             record["verdict"] = f"no reference losses ({reference} did not run): not degenerate only"
