@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from perf.lib import overrides
@@ -47,8 +49,9 @@ def test_build_applies_overrides_and_answers_a_typo():
 
 def test_a_config_file_is_the_base(tmp_path):
     config = tmp_path / "config.sh"
-    config.write_text("export BENCHMARK=llama31_8b PRECISION=fp8 COMPILE=1\n")
+    config.write_text("export BENCHMARK=llama31_8b PRECISION=fp8 COMPILE=1 GBS=16 DATADIR=/data\n")
     start = overrides.base("llama31_8b", config, BENCH)
+    assert (start.environ["GBS"], start.environ["DATADIR"]) == ("1", "/nonexistent")  # the bench's win
     assert overrides.build(LlamaPretrainConfig, start, {"COMPILE": "0"}).compile is False
     assert overrides.build(LlamaPretrainConfig, start, {}).fp8
     config.write_text("export BENCHMARK=llama31_8b COMPLE=1\n")
@@ -57,3 +60,24 @@ def test_a_config_file_is_the_base(tmp_path):
     with pytest.raises(overrides.OverrideError, match="not bert's"):
         overrides.base("bert", config, BENCH)
     assert overrides.config_class("llama31_8b") is LlamaPretrainConfig
+
+
+def test_from_args_runs_the_reference_first_with_the_common_overrides_under_each():
+    ap = argparse.ArgumentParser()
+    overrides.add_arguments(ap, ["bf16:"], "ref: COMPILE=0")
+    ap.add_argument("--peer", action="append")
+    args = ap.parse_args(
+        ["--set", "COMPILE=1 ATTENTION=sdpa", "--variant", "PRECISION=fp8", "--variant", "ref: COMPILE=0"]
+    )
+    plan = overrides.from_args(args, ["hf: ATTENTION=auto"])
+    assert [(v.label, v.overrides) for v in plan.runs] == [
+        ("ref", {"COMPILE": "0", "ATTENTION": "sdpa"}),
+        ("PRECISION=fp8", {"COMPILE": "1", "ATTENTION": "sdpa", "PRECISION": "fp8"}),
+        ("hf", {"COMPILE": "1", "ATTENTION": "auto"}),
+    ]
+    assert plan.reference.label == "ref" and plan.peers == {"hf"}
+    args = ap.parse_args(["--reference", "none"])
+    assert overrides.from_args(args).reference is None
+    assert [v.label for v in overrides.from_args(args).runs] == ["bf16"]
+    with pytest.raises(overrides.OverrideError, match="given twice"):
+        overrides.from_args(ap.parse_args(["--variant", "ref: COMPILE=1"]))

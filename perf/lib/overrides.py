@@ -16,9 +16,9 @@ losses are compared with, run first; `none`: none). A row of results records its
 of `--set` first.
 
 A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
-config file, sourced as `training.convergence` sources one, over the bench's own values for what a bench
-does not read: data folders, batch) with the overrides on top, through `from_env`, which answers a misspelt
-name with the nearest one.
+config file, sourced as `training.convergence` sources one, under the bench's own values for what a bench
+does not read: data folders, checkpoint, batch) with the overrides on top, through `from_env`, which
+answers a misspelt name with the nearest one.
 """
 
 from __future__ import annotations
@@ -95,11 +95,11 @@ class Base:
 
 
 def base(benchmark: str, config: Path | None, bench_values: Mapping[str, str]) -> Base:
-    """The variables a variant starts from: `bench_values` (what the bench sets for settings it does not
-    read), then the config file's exports when one is given. The file must be `benchmark`'s."""
-    environ = dict(bench_values)
+    """The variables a variant starts from: the config file's exports when one is given (it must be
+    `benchmark`'s), under `bench_values`, what the bench sets of the settings it does not read (no data, no
+    checkpoint, its own batch)."""
     if config is None:
-        return Base(environ)
+        return Base(dict(bench_values))
     from training.convergence import CheckError, sourced
 
     try:
@@ -108,8 +108,7 @@ def base(benchmark: str, config: Path | None, bench_values: Mapping[str, str]) -
         raise OverrideError(str(err)) from None
     if exported.get("BENCHMARK", benchmark) != benchmark:
         raise OverrideError(f"{config} is a {exported['BENCHMARK']} config, not {benchmark}'s")
-    environ.update(exported)
-    return Base(environ, tuple(exported))
+    return Base({**exported, **bench_values}, tuple(exported))
 
 
 def config_class(benchmark: str):
