@@ -127,8 +127,10 @@ def build(cls, start: Base, overrides: Mapping[str, str]):
         raise OverrideError(str(err)) from None
 
 
-def add_arguments(ap: argparse.ArgumentParser, variants: Sequence[str], reference: str) -> None:
-    """The variant options every bench shares (this module's docstring)."""
+def add_arguments(
+    ap: argparse.ArgumentParser, variants: Sequence[str], reference: str, common: str = ""
+) -> None:
+    """The variant options every bench shares (this module's docstring), with the bench's defaults."""
     ap.add_argument(
         "--config",
         type=Path,
@@ -138,9 +140,9 @@ def add_arguments(ap: argparse.ArgumentParser, variants: Sequence[str], referenc
     ap.add_argument(
         "--set",
         dest="common",
-        default="",
+        default=common,
         metavar="'NAME=VALUE ...'",
-        help="overrides every variant starts from, the reference included",
+        help=f"overrides every variant starts from, the reference included (default: {common!r})",
     )
     ap.add_argument(
         "--variant",
