@@ -145,7 +145,10 @@ def part_lora(args, device) -> dict:
     else:
         reference, dropout, warmup = None, 0.0, 5  # the peer, peft in bf16
         texts = [eager, "bf16:", f"fp8: {NATIVE}", f"fp8w: {NATIVE} FP8_WEIGHTS=1"]
-    chosen = [overrides.variant(text) for text in args.lora_variant or texts]
+    try:
+        chosen = overrides.variants(args.lora_variant or texts)
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
     runs = ([reference] if reference else []) + [v for v in chosen if v != reference]
     seeds = [f"{reference.label}-seed{k}" for k in range(1, args.lora_seeds + 1)] if reference else []
     # the noise first: a call cut short keeps it

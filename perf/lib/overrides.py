@@ -4,16 +4,18 @@ A variant is written on the command line as
 
     'LABEL: NAME=VALUE NAME=VALUE ...'
 
-LABEL (one word, ending in a colon) names the variant in the results; without it the overrides, as written,
+LABEL (one word ending in a colon) names the variant in the results; without it the overrides, as written,
 name it (`base` when there are none). Each NAME is a variable of the benchmark's typed config (`PRECISION`,
 `FP8_BACKEND`, `COMPILE`, `ACTIVATION_CHECKPOINTING`, ...), so a row of results names the lines to paste into
-a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted.
+a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted. One argument
+may hold several variants separated by `;` (`'bf16:; fp8: PRECISION=fp8'`), so one shell variable holds a
+list.
 
-Every bench that takes variants so has the same options (`add_arguments`): `--config FILE` (the base; default
+Every bench that takes variants has the same options (`add_arguments`): `--config FILE` (the base; default
 the benchmark's typed defaults), `--set 'NAME=VALUE ...'` (overrides every variant starts from, the reference
-included), `--variant '...'` (repeated, one per variant) and `--reference '...'` (the variant the others'
-losses are compared with, run first; `none`: none). A row of results records its variant's overrides, those
-of `--set` first.
+included), `--variant '...'` (repeatable) and `--reference '...'` (the variant the others' losses are
+compared with, run first; `none`: none). A row of results records its variant's overrides, those of `--set`
+first.
 
 A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
 config file, sourced as `training.convergence` sources one, under the bench's own values for what a bench
@@ -78,8 +80,9 @@ def variant(text: str) -> Variant:
 
 
 def variants(texts: Sequence[str]) -> list[Variant]:
-    """Each text's variant; two with one label are an error (the results are keyed by label)."""
-    out = [variant(text) for text in texts]
+    """The variants of `texts` (each one or more, `;`-separated); two with one label are an error (the
+    results are keyed by label)."""
+    out = [variant(one) for text in texts for one in text.split(";") if one.strip()]
     labels = [v.label for v in out]
     if twice := sorted({label for label in labels if labels.count(label) > 1}):
         raise OverrideError(f"variant label(s) {', '.join(twice)} given twice: label each 'LABEL: ...'")
@@ -176,9 +179,8 @@ def from_args(args: argparse.Namespace, peers: Sequence[str] = ()) -> Plan:
     (its label and overrides) runs once; labels must otherwise differ."""
     common = variant(args.common).overrides
     reference = None if args.reference == "none" else variant(args.reference)
-    ours = [variant(text) for text in args.variants or args.default_variants]
-    ours = [v for v in ours if v != reference]
-    theirs = [variant(text) for text in peers]
+    ours = [v for v in variants(args.variants or args.default_variants) if v != reference]
+    theirs = variants(peers)
     found = ([reference] if reference else []) + ours + theirs
     labels = [v.label for v in found]
     if twice := sorted({label for label in labels if labels.count(label) > 1}):
