@@ -123,8 +123,14 @@ def bench_peft(spec: RunSpec, seq, device, args, mesh, world) -> tuple[callable,
         losses.append(step([rows(len(losses))], lora_lr(len(losses), args.lr_warmup)))
 
     adapters = sum(p.numel() for p in params)  # (global counts: DTensors report the full shape)
-    return run, {"adapters": adapters, "losses": losses, "fp8": "off", "data_parallel": sharded,
-                 "ac": "gradient checkpointing" if recompute else "off", "attention": "sdpa"}  # fmt: skip
+    return run, {
+        "adapters": adapters,
+        "losses": losses,
+        "fp8": "off",
+        "data_parallel": sharded,
+        "ac": "gradient checkpointing" if recompute else "off",
+        "attention": "sdpa",
+    }
 
 
 def bench(label: str, spec: RunSpec, peer: bool, seq: int, args, device, mesh, world: int) -> dict:
@@ -249,9 +255,11 @@ def main() -> int:
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_lora.json").write_text(json.dumps(results, indent=2) + "\n")
     peer = next((r for n, r in results["runs"].items() if n in plan.peers and "ms" in r), None)
-    print(f"\n{results['device']} x {world}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, "
-          f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}; loss parity "
-          f"against {reference} (tolerance per step: {parity.TOLERANCE})")  # fmt: skip
+    print(
+        f"\n{results['device']} x {world}: Llama 2 70B width, {shape.num_layers} layers, seq {seq}, "
+        f"micro-batch 1 per GPU, LoRA rank 16; model FLOPs {results['flops_formula']}; loss parity "
+        f"against {reference} (tolerance per step: {parity.TOLERANCE})"
+    )
     print(
         "| variant | model | overrides | s/step | tokens/s per GPU | model TFLOP/s per GPU | peak GiB "
         "| vs peer | loss parity |"
