@@ -20,7 +20,9 @@ first.
 A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
 config file, sourced as `training.convergence` sources one, under the bench's own values for what a bench
 does not read: data folders, checkpoint, batch) with the overrides on top, through `from_env`, which
-answers a misspelt name with the nearest one.
+answers a misspelt name with the nearest one. (The model is torchtitan's `loss_compare.py`, whose
+`--baseline-options` / `--test-options` are its config's own flags; no library parses such variants, and the
+parsing here is `shlex` plus the config's own reading.)
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ class Variant:
 
     def words(self) -> str:
         """The overrides as config lines would set them, space-separated."""
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.overrides.items())
+        return words(self.overrides)
+
+
+def words(overrides: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in overrides.items())
 
 
 def variant(text: str) -> Variant:
@@ -75,8 +81,7 @@ def variant(text: str) -> Variant:
         overrides = parse(words)
     except OverrideError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
-    named = Variant(label or "", overrides)
-    return Variant(label or named.words() or "base", overrides)
+    return Variant(label or words(overrides) or "base", overrides)
 
 
 def variants(texts: Sequence[str]) -> list[Variant]:
