@@ -69,16 +69,16 @@ def words(overrides: Mapping[str, str]) -> str:
 def variant(text: str) -> Variant:
     """A variant from its command-line form (`LABEL: NAME=VALUE ...`, the label optional)."""
     try:
-        words = shlex.split(text)
+        said = shlex.split(text)
     except ValueError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
     label = None
-    if words and words[0].endswith(":"):
-        label, words = words[0][:-1], words[1:]
+    if said and said[0].endswith(":"):
+        label, said = said[0][:-1], said[1:]
         if not label or "=" in label:
             raise OverrideError(f"variant {text!r}: the label before ':' must be one word without '='")
     try:
-        overrides = parse(words)
+        overrides = parse(said)
     except OverrideError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
     return Variant(label or words(overrides) or "base", overrides)
