@@ -1,34 +1,37 @@
 """Llama 3.1 8B training throughput under FSDP2: ours vs Hugging Face, BF16 and FP8, side by side.
 
-    torchrun --nproc_per_node=4 -m perf.bench_llama [--variants ours-bf16,hf-bf16,ours-fp8,hf-fp8]
-        [--steps 10] [--warmup 3] [--no-compile] [--ac] [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
-        [--reference ours-bf16-eager-torchadamw]     (variant modifiers: --help)
+    torchrun --nproc_per_node=4 -m perf.bench_llama [--config configs/llama31_8b/config_H200_1x8x1_8b.sh]
+        [--set 'COMPILE=1'] [--variant 'fp8: PRECISION=fp8 FP8_BACKEND=native' ...]
+        [--peer 'hf-bf16:' ...] [--reference 'LABEL: NAME=VALUE ...'] [--steps 10] [--warmup 3]
+        [--seq 8192] [--mbs 1] [--accum 1] [--layers 32]
     torchrun --nproc_per_node=2 -m perf.bench_llama --tiny        # CPU (gloo) smoke test of this script
 
-Full Llama 3.1 8B (ours: training.llama.model.Llama through the trainer's own features and step,
-`parallel.apply_features` and `step.train_step`; peer: transformers.LlamaForCausalLM built from the same
-config, attn_implementation="sdpa", random init, nothing downloaded), sequence 8192, micro-batch 1 per GPU,
-both sharded the same way: FSDP2 fully_shard per decoder block then the root, bf16 compute parameters, fp32
-master weights and gradient reduce (the trainer's apply_fsdp), each block torch.compile'd unless --no-compile,
-AdamW with clipping at 1.0, float32 cross-entropy on rows of the bundled Wikipedia excerpt
-(`perf/lib/rows.py`; ours: the run of the 8B config (`perf/lib/variants.py`) built by `build_run`, the
-trainer's loss, compiled with the blocks, its AdamW (in Triton, `fused_adamw`, unless `-torchadamw`) with the
-clip folded into its kernel, and the loss averaged over ranks as the trainer logs it; HF: eager, as its own
-loss, torch's fused AdamW and clip_grad_norm_). FP8 (the blocks' linear layers) is torchao float8 (`fp8`:
-tensorwise, FP8 all-gather) or our own (`fp8native`: `training.fp8.native`, its MLP fused (`FusedFp8MLP`)
-unless `-unfused`, its weights all-gathered in FP8 unless `-bf16gather`). A step is forward + backward + clip
-+ optimizer; times are CUDA-event medians on rank 0 after warm-up; peak memory is the largest
-max_memory_allocated over ranks, of the steps after the first (the first's apart: `first_step_peak_gib`).
+A variant is the 8B's config (`--config`, else its typed defaults; `perf/lib/overrides.py`) with its own
+overrides in the config's names, built by the trainer's `build_run` at the bench's shape; `--peer` variants
+are built from the same settings on the peer's model. Full Llama 3.1 8B (ours: training.llama.model.Llama
+through the trainer's own features and step, `parallel.apply_features` and `step.train_step`; peer:
+transformers.LlamaForCausalLM built from the same config, attn_implementation="sdpa", random init, nothing
+downloaded), sequence 8192, micro-batch 1 per GPU, both sharded the same way: FSDP2 fully_shard per decoder
+block then the root, bf16 compute parameters, fp32 master weights and gradient reduce (the trainer's
+apply_fsdp), each block torch.compile'd with COMPILE=1, AdamW with clipping at 1.0, float32 cross-entropy on
+rows of the bundled Wikipedia excerpt (`perf/lib/rows.py`; ours: the trainer's loss, compiled with the blocks,
+its AdamW (ADAMW_IMPL) with the clip folded into its kernel, and the loss averaged over ranks as the trainer
+logs it; the peer: eager, its own loss, torch's fused AdamW and clip_grad_norm_, Hugging Face's gradient
+checkpointing with ACTIVATION_CHECKPOINTING=1). FP8 (PRECISION=fp8, the blocks' linear layers) is torchao's
+float8 (FP8_BACKEND=torchao) or our own (FP8_BACKEND=native, its MLP one function; the peer's MLPs linear by
+linear). A step is forward + backward + clip + optimizer; times are CUDA-event medians on rank 0 after
+warm-up; peak memory is the largest max_memory_allocated over ranks, of the steps after the first (the
+first's apart: `first_step_peak_gib`).
 Model FLOPs count (printed with the results):
     FLOPs per sequence = 6 x N x seq + 6 x seq^2 x hidden x layers    (causal attention)
 with N the parameters without the input embedding table (a lookup), lm_head included: 7.505e9 for 8B, which
 gives 421.7 TFLOP per 8192-token sequence (NVIDIA's MODEL_TFLOP_PER_SAMPLE=421.59). Prints a table last and
-writes $OUT/bench_llama.json when OUT is set.
+writes $OUT/bench_llama.json when OUT is set; each run records its overrides.
 
 Loss parity (`perf/lib/parity.py`): every variant's per-step losses against the reference variant's
-(`--reference`, run first, added when not listed: ours in bf16, eager, torch's AdamW), all from the same
-initial weights (the peer's are ours: `perf/lib/peers.py`) and the same batches. A variant that fails prints
-"invalid" instead of its speed ratios.
+(`--reference`, run first: ours eager with PyTorch's SDPA and AdamW), all from the same initial weights (the
+peer's are ours: `perf/lib/peers.py`) and the same batches. A variant that fails prints "invalid" instead of
+its speed ratios.
 """
 
 from __future__ import annotations
@@ -46,31 +49,32 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf.lib import parity, peers, processes, shapes
+from perf.lib import overrides, parity, peers, processes, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
 from perf.lib.timing import matmul_peak, print_profile, step_record, take_peak, time_steps, versions
-from perf.lib.variants import LLAMA_MODIFIERS, llama_run, llama_variant
 from training.fp8 import apply_fp8
 from training.llama import optim, parallel
-from training.llama.build import build_run
+from training.llama.build import RunSpec, build_run
 from training.llama.model import PRESETS, LlamaShape
 from training.llama.step import train_step
+from training.llama31_8b.config import LlamaPretrainConfig
+
+# what the bench sets of the 8B's required settings, which it does not read (no data, its own batch and rate)
+BENCH_VALUES = {"DATADIR": "/nonexistent", "GBS": "1", "MBS": "1", "MAX_LR": "1e-4", "WARMUP_STEPS": "0"}
+DEFAULT_VARIANTS = ("bf16:", "fp8: PRECISION=fp8 FP8_BACKEND=torchao")
+DEFAULT_PEERS = ("hf-bf16:", "hf-fp8: PRECISION=fp8 FP8_BACKEND=torchao")
+REFERENCE = "reference: COMPILE=0 ATTENTION=sdpa ADAMW_IMPL=torch"
 
 
-def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
-    kind, precision, *modes = variant.split("-")
-    compiled = "compile" in modes or (args.compile and "eager" not in modes)
-    try:
-        spec = llama_variant(llama_run(shape, 1e-4), precision, modes, compiled, args.ac)
-    except ValueError as err:
-        raise SystemExit(f"variant {variant}: {err}") from None
-    if precision == "fp8" and device.type != "cuda":
+def bench(label: str, spec: RunSpec, peer: bool, shape: LlamaShape, args, device: torch.device, mesh) -> dict:
+    compiled = spec.features.compile
+    if spec.features.fp8 is not None and spec.features.fp8.backend == "torchao" and device.type != "cuda":
         return {"skipped": "torchao's FP8 needs a GPU"}
     torch.manual_seed(0)
     world = dist.get_world_size()
     layout = parallel.Parallelism(world, 1, 1, 1, world, args.accum)
-    ours = kind == "ours"
+    ours = not peer
     if ours:  # the trainer's build, features and step (`training.llama.step.train_step`: its loss, compiled
         # with the blocks, and its clip, folded into the fused AdamW)
         model, trainer_step, applied = build_run(spec, device, mesh, layout)
@@ -88,7 +92,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
             model.to_empty(device=device)
             peers.initialize_hf(model, shape, device)
         fp8 = apply_fp8(model, fp8_settings)
-        if args.ac:
+        if spec.features.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         parallel.apply_compile(model, compiled)
         reduce_dtype = torch.float32 if spec.features.grad_reduce_in_fp32 else torch.bfloat16
@@ -104,8 +108,10 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         attention = "sdpa"
         # no FSDP bf16 parameters (one process on a GPU): bf16 through autocast
         autocast = torch.autocast("cuda", torch.bfloat16) if mesh is None and device.type == "cuda" else None
-        peer_step = peers.hf_step(model, optimizer, clip=1.0, autocast=autocast, fp8=fp8,
-                                  sync_each="synceach" in modes, mean_over_ranks=True)  # fmt: skip
+        sync_each = spec.step.sync_each_micro_batch
+        peer_step = peers.hf_step(
+            model, optimizer, clip=1.0, autocast=autocast, fp8=fp8, sync_each=sync_each, mean_over_ranks=True
+        )
     rows = llama_batches(32, args.mbs, args.seq, shape.vocab_size, device, dist.get_rank())
     it, losses = iter(rows * 100_000), []
 
@@ -129,7 +135,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
     host: list[float] = []
     times = time_steps(step, args.warmup, args.steps, device, host)
     if args.profile:
-        print_profile(step, steps=2, top=30, show=dist.get_rank() == 0, title=f"{variant}, rank 0:")
+        print_profile(step, steps=2, top=30, show=dist.get_rank() == 0, title=f"{label}, rank 0:")
     peaks = torch.tensor([first_peak, take_peak(device)], device=device)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
     first_peak, peak = peaks.tolist()
@@ -150,6 +156,7 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
         **step_record(first_step_s, first_peak, peak, losses),
         "alloc_retries": int(retries),
         "compiled": compiled,
+        "fp8_matmuls": spec.features.fp8 is not None,
         "attention": attention,
         "fp8": fp8.description,
         "optimizer": adamw,
@@ -160,10 +167,15 @@ def bench(variant: str, shape: LlamaShape, args, device: torch.device, mesh) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    modifiers = "; ".join(f"{name}: {what}" for name, what in LLAMA_MODIFIERS.items())
-    ap.add_argument("--variants", default="ours-bf16,hf-bf16,ours-fp8,hf-fp8",
-                    help=f"<ours|hf>-<bf16|fp8|fp8native>[-modifier...], comma-separated; modifiers: "
-                         f"{modifiers}")  # fmt: skip
+    overrides.add_arguments(ap, DEFAULT_VARIANTS, REFERENCE)
+    ap.add_argument(
+        "--peer",
+        action="append",
+        default=None,
+        metavar="'LABEL: NAME=VALUE ...'",
+        help="a variant on Hugging Face's model, repeatable ('none': none; default: "
+        f"{' | '.join(map(repr, DEFAULT_PEERS))})",
+    )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (128 with --tiny)")
@@ -176,23 +188,30 @@ def main() -> int:
         "trainer accumulates GBS / (MBS x data-parallel ranks), 4 for config_H200 on 4 GPUs)",
     )
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks (the full width) to fit one GPU")
-    ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager blocks by default")
-    ap.add_argument("--ac", action="store_true", help="activation checkpointing of every block (both models)")
     ap.add_argument(
         "--tiny", action="store_true", help="a 2-layer toy model (smoke test; runs on CPU with gloo)"
     )
     ap.add_argument(
         "--profile", action="store_true", help="print rank 0's top GPU kernels (CPU: operators) per variant"
     )
-    ap.add_argument("--reference", default="ours-bf16-eager-torchadamw",
-                    help="the variant the others' losses are compared with ('none': none)")  # fmt: skip
     args = ap.parse_args()
-    gpu = torch.cuda.is_available() and not args.tiny
-    procs = processes.start(gpu)
-    device, rank, world = procs.device, procs.rank, procs.world
+    peer_texts = [] if args.peer == ["none"] else (args.peer or list(DEFAULT_PEERS))
     args.seq = args.seq or (128 if args.tiny else 8192)
     shape = shapes.tiny(PRESETS["8b"], 512, args.seq) if args.tiny else PRESETS["8b"]
     shape = shape.replace(max_seq_length=args.seq, num_layers=args.layers)
+    try:  # every variant's config before anything runs: a bad one stops the call at once
+        plan = overrides.from_args(args, peer_texts)
+        start = overrides.base("llama31_8b", args.config, BENCH_VALUES)
+        specs = {
+            v.label: replace(overrides.build(LlamaPretrainConfig, start, v.overrides).run_spec(), shape=shape)
+            for v in plan.runs
+        }
+    except overrides.OverrideError as err:
+        raise SystemExit(f"bench_llama: {err}") from None
+    reference = plan.reference.label if plan.reference else "none"
+    gpu = torch.cuda.is_available() and not args.tiny
+    procs = processes.start(gpu)
+    device, rank, world = procs.device, procs.rank, procs.world
     mesh = parallel.build_mesh(device.type, world, 1)
     n = shape.num_params(include_embedding=False)
     formula = (
@@ -209,58 +228,69 @@ def main() -> int:
         "mbs": args.mbs,
         "accum": args.accum,
         "model": "tiny" if args.tiny else "llama3.1-8b",
+        "config": str(args.config) if args.config else None,
         "flops_formula": formula,
         "bf16_matmul_tflops": matmul_peak(device),
         "runs": {},
     }
     if rank == 0:
         print(f"{results['device']} x {world}, torch {torch.__version__}; {formula}", flush=True)
-    names = args.variants.split(",")
-    if args.reference != "none" and args.reference not in names:
-        names.insert(0, args.reference)
-    for variant in names:
+    for v in plan.runs:
+        peer = v.label in plan.peers
         try:
-            r = bench(variant, shape, args, device, mesh)
+            r = bench(v.label, specs[v.label], peer, shape, args, device, mesh)
         except torch.cuda.OutOfMemoryError as err:
             r = {"error": f"out of memory: {str(err)[:160]}"}
             gc.collect()
             torch.cuda.empty_cache()
-        results["runs"][variant] = r
+        results["runs"][v.label] = {"model": "hf" if peer else "ours", "overrides": v.overrides, **r}
         gc.collect()  # the variant's model and optimizer are gone with bench()'s frame: release their memory
         if gpu:
             torch.cuda.empty_cache()
         if rank == 0:
-            print(f"  {variant}: {json.dumps(r)}", flush=True)
-    parity.check_all(results["runs"], args.reference, parity.uniform_loss(shape.vocab_size))
+            print(f"  {v.label}: {json.dumps(results['runs'][v.label])}", flush=True)
+    parity.check_all(results["runs"], reference, parity.uniform_loss(shape.vocab_size))
     if rank == 0:
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "bench_llama.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(
-            f"\n{results['device']} x {world}, seq {args.seq}, micro-batch {args.mbs}, {args.accum} per "
-            f"optimizer step, FSDP2; {formula}; loss parity against {args.reference} (tolerance per step: "
-            f"{parity.TOLERANCE})"
-        )
-        print("| variant | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB | vs HF same precision "
-              "| vs HF bf16 | loss parity |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|")
-
-        def ratio(r: dict, peer_name: str) -> str:
-            peer = results["runs"].get(peer_name, {})
-            value = r["tokens_per_s_per_gpu"] / peer["tokens_per_s_per_gpu"] if "ms" in peer else None
-            return parity.ratio_cell(value, r.get("parity"))
-
-        for name, r in results["runs"].items():
-            if "ms" not in r:
-                print(f"| {name} | {r.get('skipped') or r.get('error')} | | | | | | |")
-                continue
-            same = ratio(r, "hf-" + name.split("-")[1]) if name.startswith("ours") else "-"
-            print(
-                f"| {name} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | "
-                f"{r['model_tflops_per_gpu']:.1f} | {r['peak_gib']:.1f} | {same} | "
-                f"{ratio(r, 'hf-bf16') if name != 'hf-bf16' else '-'} | {parity.column(r.get('parity'))} |"
-            )
+        print_table(results, plan, reference, formula, args)
     procs.end()
     return 0
+
+
+def print_table(results: dict, plan: overrides.Plan, reference: str, formula: str, args) -> None:
+    """The runs as a Markdown table: each variant's speed against the peer's at the same precision and the
+    peer's without FP8 (where they ran), and its loss parity."""
+    runs = results["runs"]
+    print(
+        f"\n{results['device']} x {results['world_size']}, seq {args.seq}, micro-batch {args.mbs}, "
+        f"{args.accum} per optimizer step, FSDP2; {formula}; loss parity against {reference} (tolerance per "
+        f"step: {parity.TOLERANCE})"
+    )
+    print(
+        "| variant | model | overrides | ms/step | tokens/s/GPU | model TFLOP/s/GPU | peak GiB "
+        "| vs peer same precision | vs peer without FP8 | loss parity |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    peers = [name for name in runs if name in plan.peers and "ms" in runs[name]]
+
+    def ratio(r: dict, fp8: bool) -> str:
+        found = [name for name in peers if runs[name].get("fp8_matmuls") == fp8]
+        value = r["tokens_per_s_per_gpu"] / runs[found[0]]["tokens_per_s_per_gpu"] if found else None
+        return parity.ratio_cell(value, r.get("parity"))
+
+    for name, r in runs.items():
+        said = " ".join(f"{k}={val}" for k, val in r["overrides"].items()) or "-"
+        head = f"| {name} | {r['model']} | {said} "
+        if "ms" not in r:
+            print(f"{head}| {r.get('skipped') or r.get('error')} | | | | | | |")
+            continue
+        ours = name not in plan.peers
+        print(
+            f"{head}| {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | {r['model_tflops_per_gpu']:.1f} | "
+            f"{r['peak_gib']:.1f} | {ratio(r, r['fp8_matmuls']) if ours else '-'} | "
+            f"{ratio(r, False) if ours else '-'} | {parity.column(r.get('parity'))} |"
+        )
 
 
 if __name__ == "__main__":

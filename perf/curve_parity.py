@@ -3,26 +3,35 @@ the same initial weights on the same batches of real text, dropout off, for `--s
 default), in bf16 and in every FP8 backend we ship; a table, $OUT/curve_parity.json and a plot.
 
     python -m perf.curve_parity [lora] [llama] [bert] [--steps 50]      # one GPU
-    python -m perf.curve_parity lora --layers 40 --ac --mlperf-regime   # deeper, recomputed, MLPerf's regime
-    python -m perf.curve_parity lora --layers 20 --ac --mlperf-regime --lora-warmup 5 \
-        --lora-variants ours-bf16-compile,ours-fp8native             # a bf16 control beside FP8, warmed up
+    python -m perf.curve_parity lora --layers 40 --set ACTIVATION_CHECKPOINTING=1 --mlperf-regime
+        # deeper, recomputed, MLPerf's regime
+    python -m perf.curve_parity lora --layers 20 --set ACTIVATION_CHECKPOINTING=1 --mlperf-regime \
+        --lora-warmup 5 --lora-variant 'compiled: COMPILE=1' --lora-variant 'fp8: PRECISION=fp8'
+        # a bf16 control beside FP8, warmed up
     python -m perf.curve_parity --tiny                                   # CPU smoke test (toy shapes)
-    torchrun --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --ac --mlperf-regime --lora-warmup 5
+    torchrun --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --set ACTIVATION_CHECKPOINTING=1 \
+        --mlperf-regime --lora-warmup 5
         # all 80 blocks: every variant sharded by FSDP2 over the GPUs, each training the same row
+
+A variant of ours is its benchmark's config (the typed defaults) with overrides in the config's names
+(`perf/lib/overrides.py`: 'LABEL: NAME=VALUE ...'), built by the trainer's `build_run`; blocks compile on GPUs
+only (on the CPU every variant runs COMPILE=0).
 
 - lora: Llama 2 70B's width, `--layers` blocks (4), one 8192-token row of the Wikipedia excerpt a step, its
   first third unscored (the GovReport rows' shape); the reference is Hugging Face `LlamaForCausalLM` + `peft`
   (r 16, alpha 32, on q, k, v, o) with the three q/k/v adapters sharing one A, which is exactly our fused
   q|k|v adapter (one A, B's rows split), given our base weights and A; AdamW (torch) over the adapters, clip
-  0.3, lr 4e-4 (5 warm-up steps, cosine). Ours: eager with PyTorch kernels, the trainer's defaults (its
-  attention, AdamW and dropout kernel; blocks not compiled, as the GPU configs run), native FP8, native FP8
-  with the frozen base stored in FP8 (FP8_WEIGHTS). Under torchrun (`--mlperf-regime` only: the reference is
-  ours in bf16) every variant is sharded by FSDP2 over the processes, as the trainer shards it, and every
-  process trains the same row: one GPU's curve, of a model one GPU cannot hold (80 blocks in bf16).
+  0.3, lr 4e-4 (5 warm-up steps, cosine). Ours: eager with PyTorch kernels (ATTENTION=sdpa ADAMW_IMPL=torch
+  LORA_KERNEL=pytorch), the trainer's defaults (its attention, AdamW and dropout kernel; blocks not compiled,
+  as the GPU configs run), native FP8 (PRECISION=fp8 FP8_BACKEND=native), native FP8 with the frozen base
+  stored in FP8 (FP8_WEIGHTS=1); `--lora-variant` chooses others. Under torchrun (`--mlperf-regime` only: the
+  reference is ours in bf16) every variant is sharded by FSDP2 over the processes, as the trainer shards it,
+  and every process trains the same row: one GPU's curve, of a model one GPU cannot hold (80 blocks in bf16).
 - llama: Llama 3.1 8B's width, `--layers` blocks, 4 rows of 2048 tokens a step; the reference is Hugging Face
   `LlamaForCausalLM` given our initial weights (float32 masters, bf16 autocast); AdamW (torch) with
   betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 10 warm-up steps to 3e-5 then cosine.
-  Ours: eager, compiled (the trainer's AdamW), native FP8, torchao's float8.
+  Ours: eager (ATTENTION=sdpa ADAMW_IMPL=torch), compiled (COMPILE=1, the trainer's AdamW), native FP8,
+  torchao's float8.
 - bert: BERT-Large, 32 rows of 128 tokens a step ([CLS] A [SEP] B [SEP], B the next text half the time, 15%
   of the tokens masked); the reference is Hugging Face `BertForPreTraining` with our LAMB (weight decay 0.01,
   not on biases and norms, clip 1.0), lr 1e-3 after 5 warm-up steps; ours starts from its weights
@@ -34,7 +43,7 @@ beside a bf16 control run where one ran (`--lora-control`: at each step a varian
 reference by the tolerance plus the control's own distance, so a chaotic stretch of random weights is neither
 a failure nor a hiding place). With `--mlperf-regime` the fixed tolerance gives way to measured noise:
 `--lora-seeds` runs (1 by default) of the reference's own model, the same weights and batches with other
-dropout masks (`ours-bf16-seedN`), and at each step a variant may part from the reference by as much as
+dropout masks (`<reference>-seedN`), and at each step a variant may part from the reference by as much as
 those do there (`perf/lib/parity.py`'s `noise_band`): a lever that changes what the model learns parts
 farther than another draw of the masks, a chaotic step parts them all. The
 table shows the largest relative difference of its per-step loss from the reference's and the mean over the
@@ -49,21 +58,23 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from perf.lib import parity, peers, processes, shapes
+from perf.lib import overrides, parity, peers, processes, shapes
 from perf.lib.bert_rows import text_rows
 from perf.lib.rows import LoraRows, excerpt
 from perf.lib.schedules import LLAMA_LR, LORA_LR, lr_at
 from perf.lib.timing import versions
-from perf.lib.variants import curve_llama_variant, curve_lora_variant, llama_run, lora_run
 from training.llama.build import build_run
 from training.llama.model import PRESETS
 from training.llama.parallel import Parallelism
 from training.llama.step import train_step
+from training.llama2_70b_lora.config import LoraConfig
+from training.llama31_8b.config import LlamaPretrainConfig
 
 FP8_WARMUP = 5  # FP8 curves are compared from this step: the first steps of delayed scaling learn its scales
 DROPOUT_SEEDS = 1000  # `seedN` draws its dropout masks from PyTorch's generator seeded DROPOUT_SEEDS + N
@@ -76,11 +87,31 @@ def data_parallel(world: int) -> Parallelism:
 # ---- Llama 2 70B LoRA ----
 
 
-def lora_ours(shape, modes: list[str], device, dropout: float = 0.0, warmup: int = 5, mesh=None, world=1):
+# what the curves set of the benchmarks' settings they do not read (no data, a random base, their own batch)
+LORA_VALUES = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1"}
+LLAMA_VALUES = {"DATADIR": "/nonexistent", "GBS": "1", "MBS": "1", "MAX_LR": "3e-4", "WARMUP_STEPS": "0"}
+
+
+def build_ours(cls, bench_values: dict, asked: dict[str, str], shape, device, mesh=None, world=1):
+    """(model, the trainer's step) of `cls`'s config with `asked` over `bench_values`, at `shape`; blocks
+    compile on GPUs only."""
+    if device.type != "cuda":
+        asked = {**asked, "COMPILE": "0"}
+    try:
+        spec = overrides.build(cls, overrides.base(cls.BENCHMARK.name, None, bench_values), asked).run_spec()
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
+    model, step, _ = build_run(replace(spec, shape=shape), device, mesh, data_parallel(world))
+    return model, step
+
+
+def lora_ours(
+    shape, asked: dict[str, str], device, dropout: float = 0.0, warmup: int = 5, mesh=None, world=1
+):
     """(model, one-step function) of the trainer's build and step at `shape`, sharded over `mesh`'s `world`
     processes (FSDP2) where given."""
-    spec = curve_lora_variant(lora_run(shape, dropout=dropout), modes, device.type == "cuda")
-    model, step, _ = build_run(spec, device, mesh, data_parallel(world))
+    values = {**LORA_VALUES, "LORA_DROPOUT": str(dropout)}
+    model, step = build_ours(LoraConfig, values, asked, shape, device, mesh, world)
     return model, lambda i, batch, steps: train_step(step, [batch], lr_at(i, LORA_LR, steps, warmup))[0]
 
 
@@ -95,6 +126,10 @@ def lora_peer(shape, ours, device, recompute: bool = False, warmup: int = 5):
     return lambda i, batch, steps: step([batch], lr_at(i, LORA_LR, steps, warmup))
 
 
+EAGER = "ATTENTION=sdpa ADAMW_IMPL=torch"  # PyTorch's kernels (and LORA_KERNEL=pytorch for LoRA)
+NATIVE = "PRECISION=fp8 FP8_BACKEND=native"
+
+
 def part_lora(args, device) -> dict:
     shape = PRESETS["70b"].replace(num_layers=args.layers, max_seq_length=args.seq)
     if args.tiny:
@@ -102,44 +137,62 @@ def part_lora(args, device) -> dict:
     rows = LoraRows(shape.vocab_size, args.seq, device, 0, 1, "stream", ahead=args.steps)
     batches = [rows(i) for i in range(args.steps)]  # the rows `bench_lora` trains on by default
     curves = {}
+    eager = f"bf16-eager: {EAGER} LORA_KERNEL=pytorch"
     if args.mlperf_regime:  # dropout 0.1 and no warm-up, as MLPerf's recipe: ours in bf16 is the reference
         # (peft draws its own masks; ours draw the same ones in bf16 and FP8: one kernel, one seed a call)
-        reference, dropout, warmup = "ours-bf16", 0.1, 0
-        variants = ["ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"]
+        reference, dropout, warmup = overrides.variant("bf16:"), 0.1, 0
+        texts = [f"fp8: {NATIVE}", f"fp8w: {NATIVE} FP8_WEIGHTS=1"]
     else:
-        reference, dropout, warmup = "peft-bf16", 0.0, 5
-        variants = ["ours-bf16-eager", "ours-bf16", "ours-fp8native", "ours-fp8native-fp8w"]
-    if args.lora_variants:
-        chosen = [v for v in args.lora_variants.split(",") if v != reference]
-        variants = ([reference] if reference.startswith("ours") else []) + chosen  # (peft's runs first)
-    seeds = (
-        [f"{reference}-seed{k}" for k in range(1, args.lora_seeds + 1)]
-        if reference.startswith("ours")
-        else []
+        reference, dropout, warmup = None, 0.0, 5  # the peer, peft in bf16
+        texts = [eager, "bf16:", f"fp8: {NATIVE}", f"fp8w: {NATIVE} FP8_WEIGHTS=1"]
+    try:
+        chosen = overrides.variants(args.lora_variant or texts)
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
+    runs = ([reference] if reference else []) + [v for v in chosen if v != reference]
+    seeds = [f"{reference.label}-seed{k}" for k in range(1, args.lora_seeds + 1)] if reference else []
+    # the noise first: a call cut short keeps it
+    runs[1:1] = [overrides.Variant(label, reference.overrides) for label in seeds]
+    control_text = args.lora_control or (
+        "bf16-compile: COMPILE=1" if args.mlperf_regime and not seeds else None
     )
-    variants[1:1] = [s for s in seeds if s not in variants]  # the noise first: a call cut short keeps it
-    control = args.lora_control or ("ours-bf16-compile" if args.mlperf_regime and not seeds else None)
-    control = None if control == "none" else control
-    if control and control not in variants:
-        variants.append(control)
+    control = None if control_text in (None, "none") else overrides.variant(control_text)
+    if control and control.label not in [v.label for v in runs]:
+        runs.append(control)
+    labels = [v.label for v in runs]
+    if twice := sorted({label for label in labels if labels.count(label) > 1}):
+        raise SystemExit(
+            f"curve_parity: variant label(s) {', '.join(twice)} given twice (one label, one curve)"
+        )
+    common = overrides.variant(args.common).overrides
+    runs = [overrides.Variant(v.label, {**common, **v.overrides}) for v in runs]
     warmup = warmup if args.lora_warmup is None else args.lora_warmup
-    if reference == "peft-bf16":
+    settings = {v.label: v.overrides for v in runs}
+    if reference is None:
         torch.manual_seed(0)
-        ours, step = lora_ours(shape, ["bf16", "eager"], device)
-        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device, args.ac, warmup), batches)
+        ours, step = lora_ours(shape, {**common, **overrides.variant(eager).overrides}, device)
+        start = overrides.base("llama2_70b_lora", None, LORA_VALUES)
+        recompute = overrides.build(LoraConfig, start, common).activation_checkpointing
+        curves["peft-bf16"] = train_curve(lora_peer(shape, ours, device, recompute, warmup), batches)
+        settings["peft-bf16"] = {}
         del ours
-    part = {"reference": reference, "control": control, "seeds": seeds, "shape": str(shape), "curves": curves,
-            "vocab": shape.vocab_size, "dropout": dropout, "warmup_steps": warmup}  # fmt: skip
-    for name in variants:
+    part = {
+        "reference": reference.label if reference else "peft-bf16",
+        "control": control and control.label,
+        "seeds": seeds,
+        "shape": str(shape),
+        "curves": curves,
+        "vocab": shape.vocab_size,
+        "dropout": dropout,
+        "warmup_steps": warmup,
+        "settings": settings,
+    }
+    for v in runs:
         torch.manual_seed(0)
-        modes = name.split("-")[1:] + (["ac"] if args.ac else [])
-        seeds_asked = [m for m in modes if m.startswith("seed") and m[4:].isdigit()]
-        seed = int(seeds_asked[0][4:]) if seeds_asked else None
-        modes = [m for m in modes if m not in seeds_asked]
-        _, step = lora_ours(shape, modes, device, dropout, warmup, args.mesh, args.world)
-        if seed is not None:  # the same weights (drawn above), other dropout masks: the seeds of its calls
-            torch.manual_seed(DROPOUT_SEEDS + seed)
-        curves[name] = train_curve(step, batches)
+        _, step = lora_ours(shape, v.overrides, device, dropout, warmup, args.mesh, args.world)
+        if v.label in seeds:  # the same weights (drawn above), other dropout masks: the seeds of its calls
+            torch.manual_seed(DROPOUT_SEEDS + seeds.index(v.label) + 1)
+        curves[v.label] = train_curve(step, batches)
         release(device)
         args.save(part)
     return part
@@ -148,9 +201,8 @@ def part_lora(args, device) -> dict:
 # ---- Llama 3.1 8B ----
 
 
-def llama_ours(shape, name: str, device):
-    spec = curve_llama_variant(llama_run(shape, 3e-4), name, device.type == "cuda")
-    _, step, _ = build_run(spec, device, None, data_parallel(1))
+def llama_ours(shape, asked: dict[str, str], device):
+    _, step = build_ours(LlamaPretrainConfig, LLAMA_VALUES, asked, shape, device)
     return lambda i, batch, steps: train_step(step, [batch], lr_at(i, LLAMA_LR, steps, 10))[0]
 
 
@@ -179,13 +231,27 @@ def part_llama(args, device) -> dict:
     batches = [(b[:, :-1], b[:, 1:]) for b in rows.split(4)]
     curves = {"hf-bf16": train_curve(llama_peer(shape, device), batches)}
     release(device)
-    for name in ("ours-bf16-eager", "ours-bf16", "ours-fp8native", "ours-fp8-torchao"):
-        if name.endswith("torchao") and device.type != "cuda":
+    texts = [
+        f"bf16-eager: {EAGER}",
+        "bf16: COMPILE=1",
+        f"fp8: COMPILE=1 {NATIVE}",
+        "fp8-torchao: COMPILE=1 PRECISION=fp8 FP8_BACKEND=torchao",
+    ]
+    settings = {"hf-bf16": {}}
+    for v in map(overrides.variant, texts):
+        if v.overrides.get("FP8_BACKEND") == "torchao" and device.type != "cuda":
             continue
         torch.manual_seed(0)
-        curves[name] = train_curve(llama_ours(shape, name, device), batches)
+        curves[v.label] = train_curve(llama_ours(shape, v.overrides, device), batches)
+        settings[v.label] = v.overrides
         release(device)
-    return {"reference": "hf-bf16", "shape": str(shape), "curves": curves, "vocab": shape.vocab_size}
+    return {
+        "reference": "hf-bf16",
+        "shape": str(shape),
+        "curves": curves,
+        "vocab": shape.vocab_size,
+        "settings": settings,
+    }
 
 
 # ---- BERT ----
@@ -299,17 +365,34 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=4, help="blocks of the Llama models at full width")
     ap.add_argument("--seq", type=int, default=None, help="LoRA: 8192, Llama: 2048 (64 with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="toy shapes on the CPU (smoke test)")
-    ap.add_argument("--ac", action="store_true",
-                    help="lora: recompute every block (deeper models on one GPU)")  # fmt: skip
-    ap.add_argument("--mlperf-regime", action="store_true",
-                    help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference")  # fmt: skip
-    ap.add_argument("--lora-variants", default=None,
-                    help="lora: the variants to run (e.g. ours-bf16-compile,ours-fp8native; a name's "
-                         "modes: eager, compile, fp8native, fp8w, fp8act, fastaccum, ac, acN)")  # fmt: skip
-    ap.add_argument("--lora-control", default=None,
-                    help="lora: a bf16 variant run beside the others whose distance from the reference "
-                         "widens their tolerance step by step (`perf/lib/parity.py`; default with "
-                         "--mlperf-regime ours-bf16-compile, else none)")  # fmt: skip
+    ap.add_argument(
+        "--set",
+        dest="common",
+        default="",
+        metavar="'NAME=VALUE ...'",
+        help="lora: overrides every variant of ours starts from (ACTIVATION_CHECKPOINTING=1: "
+        "deeper models on one GPU; the peer recomputes too)",
+    )
+    ap.add_argument(
+        "--mlperf-regime",
+        action="store_true",
+        help="lora: dropout 0.1, no warm-up (MLPerf's); ours in bf16 the reference",
+    )
+    ap.add_argument(
+        "--lora-variant",
+        action="append",
+        default=None,
+        metavar="'LABEL: NAME=VALUE ...'",
+        help="lora: a variant of ours to run, repeatable (`perf/lib/overrides.py`)",
+    )
+    ap.add_argument(
+        "--lora-control",
+        default=None,
+        metavar="'LABEL: NAME=VALUE ...'",
+        help="lora: a bf16 variant run beside the others whose distance from the reference "
+        "widens their tolerance step by step (`perf/lib/parity.py`; default with "
+        "--mlperf-regime 'bf16-compile: COMPILE=1', else none)",
+    )
     ap.add_argument("--lora-seeds", type=int, default=None,
                     help="lora: runs of the reference's model with other dropout seeds "
                          "(`<reference>-seedN`), whose spread from the reference is the noise every variant "
@@ -343,7 +426,9 @@ def main() -> int:
         ran = part["curves"]
         control = part.get("control") if part.get("control") in ran else None
         seeds = tuple(s for s in part.get("seeds", ()) if s in ran)
-        part["verdicts"] = parity.curve_verdicts(ran, part["reference"], uniform, FP8_WARMUP, control, seeds)
+        part["verdicts"] = parity.curve_verdicts(
+            ran, part["reference"], uniform, FP8_WARMUP, control, seeds, part.get("settings")
+        )
         results["parts"][name] = part
         if procs.main:
             (out / "curve_parity.json").write_text(json.dumps(results, indent=2) + "\n")

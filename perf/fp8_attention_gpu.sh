@@ -17,6 +17,7 @@ set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 stages="${STAGES:-micro lora curve}"
 export PYTHONUNBUFFERED=1
+fp8="PRECISION=fp8 FP8_BACKEND=native" # native FP8, the control and the lever alike
 status=0
 run() { # run STAGE COMMAND...: the command with OUT=$out/STAGE, its log there, its table printed
   local name="$1"
@@ -29,13 +30,13 @@ if [[ " ${stages} " == *" micro "* ]]; then
   run micro python3 -m perf.fp8_attention
 fi
 if [[ " ${stages} " == *" lora "* ]]; then
-  control="ours-fp8native-fp8w-ac-sdpa"
   run lora python3 -m perf.bench_lora --layers "${LORA_LAYERS:-40}" --steps "${LORA_STEPS:-3}" --warmup 1 \
-    --reference "${control}" \
-    --variants "${control},ours-fp8native-fp8w-ac-fp8dpa"
+    --set "COMPILE=1 ACTIVATION_CHECKPOINTING=1 ${fp8} FP8_WEIGHTS=1" --peer none \
+    --reference 'sdpa: ATTENTION=sdpa' --variant 'fp8dpa: FP8_DPA=1'
 fi
 if [[ " ${stages} " == *" curve "* ]]; then
-  run curve python3 -m perf.curve_parity lora --layers "${CURVE_LAYERS:-12}" --ac --mlperf-regime --lora-warmup 5 \
-    --steps 20 --lora-seeds "${CURVE_SEEDS:-2}" --lora-variants ours-fp8native-fp8w,ours-fp8native-fp8w-fp8dpa
+  run curve python3 -m perf.curve_parity lora --layers "${CURVE_LAYERS:-12}" --set ACTIVATION_CHECKPOINTING=1 \
+    --mlperf-regime --lora-warmup 5 --steps 20 --lora-seeds "${CURVE_SEEDS:-2}" \
+    --lora-variant "fp8w: ${fp8} FP8_WEIGHTS=1; fp8dpa: ${fp8} FP8_WEIGHTS=1 FP8_DPA=1"
 fi
 exit "${status}"

@@ -23,13 +23,15 @@ if stage tests; then
 fi
 if stage llama; then
   mkdir -p "${out}/llama"
-  OUT="${out}/llama" python3 -m torch.distributed.run --standalone --nproc_per_node=1 -m perf.bench_llama --layers 4 --variants ours-bf16,ours-fp8native \
+  OUT="${out}/llama" python3 -m torch.distributed.run --standalone --nproc_per_node=1 -m perf.bench_llama --layers 4 --set COMPILE=1 \
+    --peer none --variant 'bf16:; fp8: PRECISION=fp8 FP8_BACKEND=native' \
     --steps 6 --warmup 2 2>&1 | tee "${out}/bench_llama.log" | grep -E '^\||invalid|Error' || status=1
 fi
 if stage lora; then
   mkdir -p "${out}/lora"
   OUT="${out}/lora" python3 -m perf.bench_lora --layers 4 \
-    --variants peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac --steps 4 --warmup 1 2>&1 |
+    --set 'COMPILE=1 ACTIVATION_CHECKPOINTING=1' --peer 'peft:' --variant 'bf16:; fp8: PRECISION=fp8 FP8_BACKEND=native; \
+fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1' --steps 4 --warmup 1 2>&1 |
     tee "${out}/bench_lora.log" | grep -E '^\||invalid|Error' || status=1
 fi
 if stage bert; then

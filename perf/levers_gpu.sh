@@ -34,6 +34,7 @@ done
 export PYTHONUNBUFFERED=1
 gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 ranks=(python3 -m torch.distributed.run --standalone)
+fp8="PRECISION=fp8 FP8_BACKEND=native" # native FP8, the lever's base
 status=0 # a failed stage is reported at the end; the later stages still run
 stage() { [[ " ${stages} " == *" $1 "* ]]; }
 run() { # run STAGE COMMAND...: the command with OUT=$out/STAGE, its log there, its table printed
@@ -47,8 +48,8 @@ if stage gemm; then
   run gemm python3 -m perf.parts fp8-gemm
 fi
 if stage llama; then
-  run llama "${ranks[@]}" --nproc_per_node=1 -m perf.bench_llama --layers 8 --variants ours-fp8native,ours-fp8native-fastaccum \
-    --steps 8 --warmup 3
+  run llama "${ranks[@]}" --nproc_per_node=1 -m perf.bench_llama --layers 8 --set 'COMPILE=1 ATTENTION=sdpa' \
+    --peer none --variant "fp8: ${fp8}; fastaccum: ${fp8} FP8_FAST_ACCUM=1" --steps 8 --warmup 3
 fi
 if stage bert; then
   run bert python3 -m perf.bench_bert \
@@ -56,24 +57,25 @@ if stage bert; then
 fi
 if stage lora-one; then
   attn="${ATTN:-sdpa}"
-  control="ours-fp8native-fp8w-ac40-${attn}"
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run lora-one python3 -m perf.bench_lora --layers 80 \
-    --steps 3 --warmup 1 --reference "${control}" --variants "${control},ours-fp8native-fp8w-fp8act-ac24-${attn},\
-ours-fp8native-fp8w-fastaccum-fp8act-ac24-${attn}"
+    --steps 3 --warmup 1 --set "COMPILE=1 ACTIVATION_CHECKPOINTING=1 ATTENTION=${attn} ${fp8} FP8_WEIGHTS=1" \
+    --reference 'acl40: ACL=40' --peer none \
+    --variant 'fp8act: FP8_MLP_ACTIVATIONS=1 ACL=24; fastaccum: FP8_FAST_ACCUM=1 FP8_MLP_ACTIVATIONS=1 ACL=24'
 fi
 if stage curve40; then
-  run curve40 python3 -m perf.curve_parity lora --layers 40 --ac --mlperf-regime --lora-warmup 5 --steps 20 \
-    --lora-seeds 2 --lora-variants ours-fp8native-fp8w,ours-fp8native-fp8w-fp8act-ac20,ours-fp8native-fp8w-fastaccum-fp8act-ac20
+  run curve40 python3 -m perf.curve_parity lora --layers 40 --set ACTIVATION_CHECKPOINTING=1 --mlperf-regime \
+    --lora-warmup 5 --steps 20 --lora-seeds 2 --lora-variant "fp8w: ${fp8} FP8_WEIGHTS=1; \
+fp8act: ${fp8} FP8_WEIGHTS=1 FP8_MLP_ACTIVATIONS=1 ACL=20; \
+fastaccum: ${fp8} FP8_WEIGHTS=1 FP8_FAST_ACCUM=1 FP8_MLP_ACTIVATIONS=1 ACL=20"
 fi
 if stage lora-fsdp; then
   read -r first second <<< "${FSDP_ACL:-$( ((gpus >= 4)) && echo "24 12" || echo "48 24")}"
-  control="ours-fp8native-ac${first}-flash4"
   run lora-fsdp "${ranks[@]}" --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 --steps 3 --warmup 1 \
-    --reference "${control}" \
-    --variants "${control},ours-fp8native-fp8w-ac${first}-flash4,ours-fp8native-fp8w-ac${second}-flash4"
+    --set "COMPILE=1 ACTIVATION_CHECKPOINTING=1 ATTENTION=flash4 ${fp8}" --reference "acl${first}: ACL=${first}" \
+    --peer none --variant "fp8w-acl${first}: FP8_WEIGHTS=1 ACL=${first}; fp8w-acl${second}: FP8_WEIGHTS=1 ACL=${second}"
 fi
 if stage curve80; then
-  run curve80 "${ranks[@]}" --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --ac --mlperf-regime --lora-warmup 5 --steps 20 \
-    --lora-variants ours-fp8native-fp8w --lora-control none
+  run curve80 "${ranks[@]}" --nproc_per_node=2 -m perf.curve_parity lora --layers 80 --set ACTIVATION_CHECKPOINTING=1 \
+    --mlperf-regime --lora-warmup 5 --steps 20 --lora-variant "fp8w: ${fp8} FP8_WEIGHTS=1" --lora-control none
 fi
 exit "${status}"

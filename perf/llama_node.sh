@@ -8,9 +8,11 @@
 #           float8), same shape, both resharding after forward (torchtitan's default); PEERS, TITAN_STEPS (timed
 #           steps, default 6), LR_WARMUP (the parity schedule's warm-up, default 10), MBS (rows a GPU, default 1)
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
-#           (ACCUM_VARIANTS, default ours-fp8native-keep; ACCUM_REFERENCE, the parity reference, default the
-#           bench's; on 80 GB cards add -synceach to both: the float32 gradients held between micro-batches
-#           and the kept blocks do not fit there; -flash4: ours with FlashAttention-4)
+#           (ACCUM_VARIANTS, 'LABEL: NAME=VALUE ...' ';'-separated, default native FP8 with the blocks kept
+#           gathered; ACCUM_REFERENCE, the parity reference, default the bench's; ACCUM_SET, the settings of
+#           all of them, default 'COMPILE=1 ATTENTION=sdpa': on 80 GB cards add REDUCE_EACH_MICRO_BATCH=1, the
+#           float32 gradients held between micro-batches and the kept blocks do not fit there; ATTENTION=flash4:
+#           FlashAttention-4)
 #   runner  perf/llama_gpu.sh SIZE=8b: the 8B trainer through run_with_docker.sh with config_H200_1x8x1_8b.sh
 #           adapted to the GPUs; its tracked_stats to set beside the bench's
 # PROFILE=N (default 0): the benches also print each variant's top GPU kernels (N of them in bench_throughput).
@@ -27,7 +29,8 @@ llama_profile=()
 [[ ${profile} == 0 ]] || llama_profile=(--profile)
 status=0  # a failed stage is reported at the end; the later stages still run
 if [[ " ${stages} " == *" hf "* ]]; then
-  OUT="${out}" "${run[@]}" -m perf.bench_llama --variants hf-bf16,ours-bf16-keep,ours-fp8native-keep \
+  OUT="${out}" "${run[@]}" -m perf.bench_llama --set 'COMPILE=1 ATTENTION=sdpa' --peer 'hf-bf16:' \
+    --variant 'bf16-keep: RESHARD_AFTER_FORWARD=0; fp8-keep: RESHARD_AFTER_FORWARD=0 PRECISION=fp8 FP8_BACKEND=native' \
     --steps 6 --warmup 2 2>&1 | tee "${out}/bench_llama.log" || status=1
 fi
 if [[ " ${stages} " == *" titan "* ]]; then
@@ -37,7 +40,8 @@ if [[ " ${stages} " == *" titan "* ]]; then
 fi
 if [[ " ${stages} " == *" accum "* ]]; then
   mkdir -p "${out}/accum"
-  OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --variants "${ACCUM_VARIANTS:-ours-fp8native-keep}" --accum $((16 / gpus)) \
+  OUT="${out}/accum" "${run[@]}" -m perf.bench_llama --set "${ACCUM_SET:-COMPILE=1 ATTENTION=sdpa}" --peer none \
+    --variant "${ACCUM_VARIANTS:-fp8-keep: RESHARD_AFTER_FORWARD=0 PRECISION=fp8 FP8_BACKEND=native}" --accum $((16 / gpus)) \
     ${ACCUM_REFERENCE:+--reference "${ACCUM_REFERENCE}"} \
     --steps 4 --warmup 1 "${llama_profile[@]}" 2>&1 | tee "${out}/bench_llama_accum.log" || status=1
 fi

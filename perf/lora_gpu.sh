@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full Llama 2 70B LoRA on this machine's GPUs (4 or 8), in one call. STAGES picks, in order:
 #   peer    perf/bench_lora.py under torchrun: Hugging Face + peft, FSDP2 over the GPUs, full activation
-#           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS to add or replace rows,
+#           checkpointing, 80 blocks, one 8192-token row per GPU (BENCH_VARIANTS, variants of ours to add,
+#           'LABEL: NAME=VALUE ...' ';'-separated (perf/lib/overrides.py), blocks compiled and recomputed,
 #           BENCH_STEPS timed steps, BENCH_LR_WARMUP the learning-rate warm-up, --lr-warmup's 5 by
 #           default, PROFILE=N: each variant's top N GPU kernels). The loss parity reference, BENCH_REFERENCE, is
 #           by default ours in bf16, compiled, full recompute: the same adapters as our FP8 (peft's are other
@@ -33,9 +34,9 @@ system="${SYSTEM:-$(python3 -c 'import torch; print("H100" if "H100" in torch.cu
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
   OUT="${out}" python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}" -m perf.bench_lora --layers 80 \
-    --variants "${BENCH_VARIANTS:-peft-bf16-ac}" --steps "${BENCH_STEPS:-4}" --warmup 1 --profile "${PROFILE:-0}" \
+    --set 'COMPILE=1 ACTIVATION_CHECKPOINTING=1' --peer 'peft:' --variant "${BENCH_VARIANTS:-}" --steps "${BENCH_STEPS:-4}" --warmup 1 --profile "${PROFILE:-0}" \
     --lr-warmup "${BENCH_LR_WARMUP:-5}" \
-    --reference "${BENCH_REFERENCE:-ours-bf16-ac}" 2>&1 |
+    --reference "${BENCH_REFERENCE:-bf16:}" 2>&1 |
     tee "${out}/bench_lora.log" || status=1
 fi
 if [[ " ${stages} " == *" runner "* ]]; then

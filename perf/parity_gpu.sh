@@ -6,9 +6,11 @@
 #   curves    perf/curve_parity.py: ours against Hugging Face (+ peft), 50 steps, bf16 and FP8 (CURVE_PARTS)
 #   converge  python -m training.convergence for each benchmark's fastest mode, SEEDS seeds (CONVERGE)
 #   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug), once
-#             per row source in LORA_TEXTS (its --text: stream, the default; row; random), LORA_PROFILE kernels
+#             per row source in LORA_TEXTS (its --text: stream, the default; row; random), LORA_PROFILE kernels;
+#             LORA_VARIANTS: its variants ('LABEL: NAME=VALUE ...', ';'-separated, perf/lib/overrides.py)
 #   bert      perf/bench_bert.py with loss parity, BERT_VARIANTS, and the top GPU kernels of each (--profile)
-#   llama     perf/bench_llama.py with loss parity at LLAMA_LAYERS blocks of the 8B, LLAMA_VARIANTS, profiled
+#   llama     perf/bench_llama.py with loss parity at LLAMA_LAYERS blocks of the 8B, LLAMA_VARIANTS (as
+#             LORA_VARIANTS), profiled
 # Each bench stage stops after STAGE_LIMIT seconds (default 590), so that a slow one leaves time to the next.
 # Usage (repo root): OUT=/some/dir [STAGES="tests curves"] bash perf/parity_gpu.sh
 set -euo pipefail
@@ -45,7 +47,8 @@ if [[ " ${stages} " == *" lora "* ]]; then
   for text in ${LORA_TEXTS:-stream}; do
     timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_lora --layers "${LORA_LAYERS:-20}" --steps 4 \
       --warmup 1 --text "${text}" --profile "${LORA_PROFILE:-0}" \
-      --variants "${LORA_VARIANTS:-peft-bf16-ac,ours-bf16-ac,ours-fp8native-ac,ours-fp8native-fp8w-ac}" 2>&1 |
+      --set 'COMPILE=1 ACTIVATION_CHECKPOINTING=1' --peer 'peft:' --variant "${LORA_VARIANTS:-bf16:; \
+fp8: PRECISION=fp8 FP8_BACKEND=native; fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1}" 2>&1 |
       tee "${out}/bench_lora_${text}.log" | grep -v '^  [a-z0-9-]*: {' || status=1
     mv "${out}/bench_lora.json" "${out}/bench_lora_${text}.json" || status=1
   done
@@ -58,7 +61,8 @@ fi
 if [[ " ${stages} " == *" llama "* ]]; then
   timeout "${STAGE_LIMIT:-590}" python3 -m torch.distributed.run --standalone --nproc_per_node=1 \
     -m perf.bench_llama --layers "${LLAMA_LAYERS:-6}" --steps 6 --warmup 2 --profile \
-    --variants "${LLAMA_VARIANTS:-hf-bf16,ours-bf16,ours-fp8native}" 2>&1 |
+    --set 'COMPILE=1 ATTENTION=sdpa' --peer 'hf-bf16:' \
+    --variant "${LLAMA_VARIANTS:-bf16:; fp8: PRECISION=fp8 FP8_BACKEND=native}" 2>&1 |
     tee "${out}/bench_llama.log" | grep -v '^  [a-z0-9_-]*: {' || status=1
 fi
 exit "${status}"

@@ -184,6 +184,34 @@ def attention_of(run: dict, data: dict) -> str:
     return f"not recorded; flash-attn-4 {version} importable (`auto` picks it)" if version else ""
 
 
+# The parity references of the claim rows recorded before a bench variant was its config plus overrides, as
+# config settings (blocks compiled on GPUs then unless the name said `eager`); a row recorded since names its
+# reference's settings itself (`overrides`, and `model` for a peer's).
+EARLIER_REFERENCES = {
+    "ours-bf16-eager-torchadamw": "ours, `COMPILE=0 ATTENTION=sdpa ADAMW_IMPL=torch`",
+    "ours-bf16-synceach": "ours, `COMPILE=1 ATTENTION=sdpa REDUCE_EACH_MICRO_BATCH=1`",
+    "ours-fp8native-synceach-flash4": "ours, `COMPILE=1 ATTENTION=flash4 REDUCE_EACH_MICRO_BATCH=1 "
+    "PRECISION=fp8 FP8_BACKEND=native`",
+    "ours-bf16-ac-eager-torchdropout-sdpa": "ours, `COMPILE=0 ACTIVATION_CHECKPOINTING=1 LORA_KERNEL=pytorch "
+    "ATTENTION=sdpa`",
+    "ours-fp8native-fp8w-ac40-sdpa": "ours, `COMPILE=1 ACTIVATION_CHECKPOINTING=1 ACL=40 ATTENTION=sdpa "
+    "PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1`",
+    "peft-bf16-ac": f"{PEFT}, `ACTIVATION_CHECKPOINTING=1`",
+}
+MODELS = {"ours": "ours", "hf": "HF", "peft": PEFT}
+
+
+def reference_words(name: str, runs: dict) -> str:
+    """A parity reference in config settings: its run's recorded overrides, else an earlier name's
+    (`EARLIER_REFERENCES`), else its name as recorded."""
+    run = runs.get(name) or {}
+    if "overrides" in run:
+        words = " ".join(f"{k}={v}" for k, v in run["overrides"].items())
+        model = MODELS.get(run.get("model", "ours"), run.get("model"))
+        return f"{model}, `{words}`" if words else f"{model}, the config's defaults"
+    return EARLIER_REFERENCES.get(name, f"`{name}`")
+
+
 def compared_and_passed(parity: dict | None) -> bool:
     """A verdict of a variant compared with its reference's losses and within tolerance (not the reference's
     own record, not "not compared", not "undetermined")."""
@@ -208,7 +236,7 @@ def evaluate(pick: Pick, data: dict) -> Row:
     parity = run.get("parity")
     verdict = parity.get("verdict", "") if parity else "no loss-parity verdict recorded"
     if parity and parity.get("reference") and compared_and_passed(parity):
-        verdict += f", against `{parity['reference']}`"
+        verdict += f", against {reference_words(parity['reference'], runs)}"
     if ours is None:
         problem = f"did not run: {run.get('error') or run.get('skipped') or 'no speed recorded'}"[:160]
     elif theirs is None:

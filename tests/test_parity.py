@@ -156,22 +156,25 @@ def test_seeds_closer_than_bf16_resolves_leave_bf16_rounding_allowed():
 
 def test_a_lever_is_judged_against_the_mode_it_is_added_to():
     """FP8 parts from bf16 by 6% at the spike, more than other seeds (1%): FP8 fails; FP8 with FP8 SwiGLU
-    inputs parts from FP8 by 0.5% there: the lever itself passes. Its base is the curve that ran with most
-    of its modes, `acN` going with `fp8act`."""
+    inputs parts from FP8 by 0.5% there: the lever itself passes. Its base is the curve whose settings are
+    its own less some levers, the most of them kept, ACL going with FP8_MLP_ACTIVATIONS."""
     ref = [12.0, 11.8, 11.5, 11.2, 11.0, 15.6, 11.0, 10.8, 10.6, 10.5]
     seed = [r * (1.01 if i == 5 else 1.002) for i, r in enumerate(ref)]
     fp8 = [r * (1.06 if i == 5 else 1.001) for i, r in enumerate(ref)]
     lever = [r * (1.005 if i == 5 else 1.0) for i, r in enumerate(fp8)]
-    curves = {"ours-bf16": ref, "ours-bf16-seed1": seed, "ours-fp8native-fp8w": fp8,
-              "ours-fp8native-fp8w-fp8act-ac20": lever}  # fmt: skip
-    verdicts = parity.curve_verdicts(curves, "ours-bf16", math.log(V), 0, seeds=("ours-bf16-seed1",))
-    assert not verdicts["ours-fp8native-fp8w"]["ok"] and "lever" not in verdicts["ours-fp8native-fp8w"]
-    record = verdicts["ours-fp8native-fp8w-fp8act-ac20"]
+    fp8w = {"PRECISION": "fp8", "FP8_BACKEND": "native", "FP8_WEIGHTS": "1"}
+    act = {**fp8w, "FP8_MLP_ACTIVATIONS": "1", "ACL": "20"}
+    settings = {"bf16": {}, "bf16-seed1": {}, "fp8w": fp8w, "act": act}
+    curves = {"bf16": ref, "bf16-seed1": seed, "fp8w": fp8, "act": lever}
+    verdicts = parity.curve_verdicts(curves, "bf16", math.log(V), 0, seeds=("bf16-seed1",), settings=settings)
+    assert not verdicts["fp8w"]["ok"] and "lever" not in verdicts["fp8w"]
+    later = parity.curve_verdicts(curves, "bf16", math.log(V), 3, settings=settings)
+    assert (later["fp8w"]["from_step"], later["bf16-seed1"]["from_step"]) == (3, 0)  # FP8 from its settings
+    record = verdicts["act"]
     assert not record["ok"] and record["lever"]["ok"], record
-    assert record["lever"]["reference"] == "ours-fp8native-fp8w"
-    ran = {"ours-fp8native-fp8w", "ours-fp8native-fp8w-fp8act-ac20"}
-    assert (
-        parity.lever_base("ours-fp8native-fp8w-fastaccum-fp8act-ac20", ran)
-        == "ours-fp8native-fp8w-fp8act-ac20"
-    )
-    assert parity.lever_base("ours-fp8native-fp8w-fastaccum", {"ours-fp8native"}) is None
+    assert record["lever"]["reference"] == "fp8w"
+    ran = {"fp8w": fp8w, "act": act, "fast": {**act, "FP8_FAST_ACCUM": "1"}, "off": {**fp8w, "FP8_DPA": "0"}}
+    assert parity.lever_base("fast", ran) == "act"
+    assert parity.lever_base("act", ran) == "fp8w"
+    assert parity.lever_base("off", ran) is None  # a lever switched off is none: no base to judge it on
+    assert parity.lever_base("fast", {"fast": ran["fast"], "bf16": {}}) is None

@@ -67,6 +67,19 @@ def test_a_same_call_peer_and_a_passing_verdict_make_a_claim():
     assert row.parity == "ok (0.40% max over 6 steps), against `peer-bf16`"
 
 
+def test_a_reference_is_named_by_its_settings():
+    """A row recorded with its overrides names its reference's settings; an earlier row's reference name is
+    read as the settings it ran with."""
+    peer = {"model": "peft", "overrides": {"ACTIVATION_CHECKPOINTING": "1"}}
+    row = report.evaluate(PICK, call(peer=peer))
+    assert row.parity.endswith("against HF + `peft`, `ACTIVATION_CHECKPOINTING=1`")
+    assert report.evaluate(PICK, call(peer={"model": "ours", "overrides": {}})).parity.endswith(
+        "against ours, the config's defaults"
+    )
+    earlier = call(ours={"parity": {**call()["runs"]["ours-fp8"]["parity"], "reference": "peft-bf16-ac"}})
+    assert report.evaluate(PICK, earlier).parity.endswith("against HF + `peft`, `ACTIVATION_CHECKPOINTING=1`")
+
+
 @pytest.mark.parametrize(
     "data, problem",
     [

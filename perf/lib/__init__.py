@@ -1,8 +1,8 @@
 """What the `perf/` commands share, as a small library: each command (`perf/*.py`) is a thin script on top of
 it, and no command imports another (`tests/test_layering.py`).
 
-- `variants`: the benchmarks' own runs as `RunSpec`s (their configs' `run_spec`) and the bench variants
-  derived from them with `dataclasses.replace`;
+- `overrides`: a bench variant as its benchmark's config plus `NAME=VALUE` overrides in the config's own
+  names, built as the trainer builds its config (`from_env`), and the options every such bench takes;
 - `shapes`: the toy shape of the CPU smoke runs (`--tiny`);
 - `rows`, `bert_rows`, `text`: the rows the benches train on (the bundled Wikipedia excerpt, BERT's packed
   rows);

@@ -57,8 +57,11 @@ SEED_WINDOW = 1  # the noise at a step is the seeds' largest spread within this 
 # runs' spikes land differs by a step, and two curves that cross agree at one step by chance
 
 
-def kind_of(variant: str) -> str:
-    """The tolerance class of a variant by its name: any FP8 variant is "fp8", the rest "bf16"."""
+def kind_of(variant: str, record: dict | None = None) -> str:
+    """The tolerance class of a variant: "fp8" where its record says its matmuls ran in FP8 (`fp8_matmuls`),
+    else by its name (any with "fp8" in it), "bf16" for the rest."""
+    if record is not None and "fp8_matmuls" in record:
+        return "fp8" if record["fp8_matmuls"] else "bf16"
     return "fp8" if "fp8" in variant else "bf16"
 
 
@@ -184,8 +187,8 @@ def check_all(
         if skip and name in skip:
             r["parity"] = {"ok": True, "verdict": f"not compared: {skip[name]}", "reference": reference}
             continue
-        record = verdict(r["losses"], None if name == reference else ref, uniform, kind_of(name), reference,
-                         twin)  # fmt: skip
+        against = None if name == reference else ref
+        record = verdict(r["losses"], against, uniform, kind_of(name, r), reference, twin)
         if name != reference and ref is None and record["ok"]:
             record["verdict"] = f"no reference losses ({reference} did not run): not degenerate only"
         r["parity"] = record
@@ -206,39 +209,60 @@ def noise_band(reference: list[float], seeds: list[list[float]], window: int = S
     return [max(spread[max(0, i - window) : i + window + 1]) for i in range(n)]
 
 
-# the speed levers a curve variant's name may add to a mode (`lever_base`)
-LEVERS = ("fp8act", "fastaccum", "fp8dpa")
+# the speed levers a curve variant may add to a mode (`lever_base`), config names
+LEVERS = ("FP8_MLP_ACTIVATIONS", "FP8_FAST_ACCUM", "FP8_DPA")
 
 
-def lever_base(name: str, ran) -> str | None:
-    """The curve among `ran` that `name` is with fewer of its speed levers (`LEVERS`; `acN`, the blocks
-    `fp8act` keeps, goes with it): the one keeping most of its modes, or None where none ran."""
-    modes = name.split("-")
-    levers = [m for m in modes if m in LEVERS]
-    best = None
+def switched_on(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def lever_base(name: str, settings: dict[str, dict[str, str]]) -> str | None:
+    """The curve among `settings` (each curve's overrides) that `name` is with fewer of its speed levers
+    (`LEVERS`; ACL, the blocks FP8_MLP_ACTIVATIONS keeps, goes with it): the one keeping most of its
+    settings, or None where none ran."""
+
+    def plain(overrides: dict[str, str]) -> dict[str, str]:  # a lever switched off is no lever
+        return {k: v for k, v in overrides.items() if k not in LEVERS or switched_on(v)}
+
+    own = plain(settings[name])
+    levers = [k for k in LEVERS if k in own]
+    best, most = None, -1
     for drop in range(1, 1 << len(levers)):
-        gone = {m for i, m in enumerate(levers) if drop >> i & 1}
-        kept = [m for m in modes if m not in gone
-                and not ("fp8act" in gone and m.startswith("ac") and m[2:].isdigit())]  # fmt: skip
-        base = "-".join(kept)
-        if base in ran and (best is None or len(kept) > len(best.split("-"))):
-            best = base
+        gone = {k for i, k in enumerate(levers) if drop >> i & 1}
+        if "FP8_MLP_ACTIVATIONS" in gone:
+            gone.add("ACL")
+        kept = {k: v for k, v in own.items() if k not in gone}
+        for other, theirs in settings.items():
+            if other != name and plain(theirs) == kept and len(kept) > most:
+                best, most = other, len(kept)
     return best
 
 
-def curve_verdicts(curves: dict[str, list[float]], reference: str, uniform: float, fp8_from: int,
-                   control: str | None = None, seeds: tuple[str, ...] = ()) -> dict:  # fmt: skip
+def curve_verdicts(
+    curves: dict[str, list[float]],
+    reference: str,
+    uniform: float,
+    fp8_from: int,
+    control: str | None = None,
+    seeds: tuple[str, ...] = (),
+    settings: dict[str, dict[str, str]] | None = None,
+) -> dict:
     """Each curve's `verdict` against the reference curve's (FP8 curves from step `fp8_from`; beside the
     `control` curve, a bf16 run judged by the plain tolerance itself; against the spread of the `seeds`
     curves, the reference's model with other dropout seeds, where any ran), with what the curves' table
     shows besides: the largest deviation over the compared steps and the mean over the last 10, the first and
-    last loss, whether the first is that of uniform logits."""
+    last loss, whether the first is that of uniform logits. `settings`: each curve's config overrides, which
+    say its FP8 (else its name does) and the lever a curve adds to another (`lever_base`)."""
     ref = curves[reference]
     beside = curves[control] if control else None
     noise = noise_band(ref, [curves[s] for s in seeds]) if seeds else None
     out = {}
+    settings = settings or {}
     for name, losses in curves.items():
-        kind = kind_of(name)
+        asked = settings.get(name)
+        fp8 = asked is not None and (asked.get("PRECISION") == "fp8" or switched_on(asked.get("FP8", "")))
+        kind = kind_of(name, None if asked is None else {"fp8_matmuls": fp8})
         start = fp8_from if kind == "fp8" else 0
         against = None if name in (reference, *seeds) else ref
         record = verdict(losses, against, uniform, kind, reference, from_step=start,
@@ -248,7 +272,9 @@ def curve_verdicts(curves: dict[str, list[float]], reference: str, uniform: floa
         if name in seeds:
             record.update(seed=True, max_rel_dev=max(deviations[start:], default=0.0),
                           verdict="noise: the reference's model with another dropout seed")  # fmt: skip
-        base = lever_base(name, curves) if noise is not None and name not in seeds else None
+        ran = {k: v for k, v in settings.items() if k in curves and k not in seeds}
+        judged = noise is not None and name not in seeds and name in ran
+        base = lever_base(name, ran) if judged else None
         if base:  # the lever alone: what it changes of the mode it is added to, against the same noise
             record["lever"] = verdict(losses, curves[base], uniform, kind, base, from_step=start, noise=noise)
         out[name] = {**record, "max_rel_dev": record.get("max_rel_dev", 0.0), "from_step": start,

@@ -30,11 +30,14 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         "2",
         "--warmup",
         "1",
-        "--no-compile",
         "--accum",
         "2",
-        "--variants",
-        "ours-bf16,hf-bf16,ours-fp8,ours-fp8native,ours-bf16-keep,ours-bf16-synceach",
+        "--peer",
+        "hf-bf16:",
+        "--variant",
+        "ours-bf16:; ours-fp8: PRECISION=fp8 FP8_BACKEND=torchao; native: PRECISION=fp8 FP8_BACKEND=native",
+        "--variant",
+        "keep: RESHARD_AFTER_FORWARD=0; each: REDUCE_EACH_MICRO_BATCH=1",
         "--profile",
     ]
     proc = subprocess.run(
@@ -42,8 +45,7 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_llama.json").read_text())
-    ours, hf, keep, each = (result["runs"][v] for v in ("ours-bf16", "hf-bf16", "ours-bf16-keep",
-                                                         "ours-bf16-synceach"))  # fmt: skip
+    ours, hf, keep, each = (result["runs"][v] for v in ("ours-bf16", "hf-bf16", "keep", "each"))
     assert (
         result["world_size"] == 2
         and result["accum"] == 2
@@ -54,12 +56,16 @@ def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
         assert 5.5 < r["first_loss"] < 7.0  # ~ln(512) from a random init on random tokens
         assert r["first_loss"] == pytest.approx(hf["first_loss"], rel=1e-5)  # the same weights and batch
         assert r["parity"]["ok"] and len(r["losses"]) == 1 + 1 + 2 + 2  # compile, warm-up, timed, profiled
-    assert ours["attention"] == hf["attention"] == "sdpa"  # (`-flash4` picks FlashAttention-4: GPUs only)
+    assert ours["attention"] == hf["attention"] == "sdpa"  # (ATTENTION=auto picks SDPA on the CPU)
     assert each["losses"] == pytest.approx(ours["losses"], rel=1e-5)  # a reduction per micro-batch: same
-    assert result["runs"]["ours-fp8"] == {"skipped": "torchao's FP8 needs a GPU"}
-    assert result["runs"]["ours-fp8native"]["parity"]["tolerance"] == 0.05
-    table = proc.stdout.rstrip().splitlines()[-7:]  # the table comes last, the reference first
-    assert table[0].startswith("| ours-bf16-eager-torchadamw |") and "reference (not degenerate)" in table[0]
-    assert table[-2].startswith("| ours-bf16-keep |") and table[-1].startswith("| ours-bf16-synceach |")
-    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \| ok \(", table[-2]), table[-2]  # vs HF bf16, twice
+    assert result["runs"]["ours-fp8"]["skipped"] == "torchao's FP8 needs a GPU"
+    assert result["runs"]["native"]["parity"]["tolerance"] == 0.05  # FP8's, from the run's settings
+    assert keep["overrides"] == {"RESHARD_AFTER_FORWARD": "0"} and hf["model"] == "hf"  # what a row ran
+    table = proc.stdout.rstrip().splitlines()[-7:]  # the table comes last, the reference first, the peer last
+    assert table[0].startswith("| reference | ours | COMPILE=0 ATTENTION=sdpa ADAMW_IMPL=torch |"), table[0]
+    assert "reference (not degenerate)" in table[0]
+    assert table[-3].startswith("| keep | ours | RESHARD_AFTER_FORWARD=0 |") and table[-1].startswith(
+        "| hf-bf16 |"
+    )
+    assert re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \| ok \(", table[-3]), table[-3]  # vs HF bf16, twice
     assert proc.stdout.count("ms of CPU operators per step") == 6  # --profile: rank 0's, once a variant

@@ -66,5 +66,6 @@ def test_the_build_records_the_precision_its_attention_computes_in():
 
 
 def test_the_curve_judge_takes_fp8_attention_as_a_lever_over_its_mode():
-    ran = {"ours-bf16": [], "ours-fp8native-fp8w": []}
-    assert lever_base("ours-fp8native-fp8w-fp8dpa", ran) == "ours-fp8native-fp8w"
+    fp8w = {"PRECISION": "fp8", "FP8_BACKEND": "native", "FP8_WEIGHTS": "1"}
+    ran = {"bf16": {}, "fp8w": fp8w, "fp8dpa": {**fp8w, "FP8_DPA": "1"}}
+    assert lever_base("fp8dpa", ran) == "fp8w"

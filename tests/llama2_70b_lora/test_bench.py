@@ -44,12 +44,13 @@ def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "perf.bench_lora", "--tiny", "--steps", "2", "--warmup", "1",
-         "--variants", "ours-bf16,peft-bf16"],
+         "--variant", "ours-bf16:", "--peer", "peft-bf16:"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads((tmp_path / "bench_lora.json").read_text())["runs"]
-    assert set(runs) == {"ours-bf16-ac-eager-torchdropout-sdpa", "ours-bf16", "peft-bf16"}
+    assert set(runs) == {"reference", "ours-bf16", "peft-bf16"}
+    assert runs["reference"]["overrides"]["LORA_KERNEL"] == "pytorch" and runs["peft-bf16"]["model"] == "peft"
     assert all(len(r["losses"]) == 4 for r in runs.values())  # compile, warm-up, 2 timed (no GPU memory step)
     assert runs["ours-bf16"]["parity"]["ok"] and runs["peft-bf16"]["parity"]["ok"]
     # the attention backend each side ran (auto picks SDPA on the CPU), recorded beside its speed
@@ -66,7 +67,7 @@ def test_two_process_profile_runs_on_every_rank(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "perf.bench_lora", "--tiny", "--steps", "1", "--warmup", "0", "--profile", "3",
-         "--variants", "ours-bf16", "--reference", "none"],
+         "--variant", "ours-bf16:", "--peer", "none", "--reference", "none"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -119,16 +120,17 @@ def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
         launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if procs == 2 else []
         done = subprocess.run(
             [sys.executable, *launch, "-m", "perf.curve_parity", "lora", "--tiny", "--mlperf-regime",
-             "--steps", "3", "--lora-variants", "ours-fp8native-fp8w", "--lora-control", "none",
+             "--steps", "3", "--lora-variant", "fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1",
+             "--lora-control", "none",
              "--lora-seeds", "0"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stdout.count("| lora | ours-fp8native-fp8w |") == 1, done.stdout[-2000:]
+        assert done.stdout.count("| lora | fp8w |") == 1, done.stdout[-2000:]
         result = json.loads((out / "curve_parity.json").read_text())
         assert result["processes"] == procs
         curves[procs] = result["parts"]["lora"]["curves"]
-    assert set(curves[2]) == {"ours-bf16", "ours-fp8native-fp8w"}
+    assert set(curves[2]) == {"bf16", "fp8w"}
     for name, losses in curves[1].items():
         # the first loss, before any update, the same; after, FSDP2's bf16 compute copies of the adapters and
         # float32 reduction round otherwise than one process's autocast: 1.5e-4 apart at the second step
@@ -136,19 +138,30 @@ def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
         torch.testing.assert_close(torch.tensor(curves[2][name]), torch.tensor(losses), rtol=1e-3, atol=0)
 
 
-def test_a_curve_variant_may_keep_blocks_for_fp8_activations():
-    """`perf/curve_parity.py`'s `acN` recomputes the first N blocks only, whatever `--ac` (`ac`) asks, so that
-    `fp8act` has blocks to apply to; the bench's variants read the modes the same way."""
-    from perf.lib.variants import curve_lora_variant, lora_run, lora_variant
+def test_a_variants_settings_reach_its_run():
+    """A bench variant's overrides are the config's names, and its run is the config's: ACL recomputes the
+    first blocks only, so FP8_MLP_ACTIVATIONS has blocks to apply to; the curve's build says the same."""
+    from perf import curve_parity
+    from perf.lib import overrides
     from training.llama.model import PRESETS
+    from training.llama2_70b_lora.config import LoraConfig
 
-    base = lora_run(PRESETS["tiny"])
-    spec = curve_lora_variant(base, ["fp8native", "fp8act", "fastaccum", "ac1", "ac"], on_gpu=False)
+    asked = {
+        "PRECISION": "fp8",
+        "FP8_BACKEND": "native",
+        "FP8_MLP_ACTIVATIONS": "1",
+        "FP8_FAST_ACCUM": "1",
+        "ACTIVATION_CHECKPOINTING": "1",
+        "ACL": "1",
+        "FP8_WEIGHTS": "1",
+    }
+    start = overrides.base("llama2_70b_lora", None, curve_parity.LORA_VALUES)
+    spec = overrides.build(LoraConfig, start, asked).run_spec()
     f = spec.features
-    assert (f.activation_checkpointing, f.checkpoint_layers) == (True, 1)
-    assert f.fp8.mlp_activations_in_fp8 and f.fp8.fast_accum
-    everything = curve_lora_variant(base, ["fp8native", "ac"], on_gpu=False).features
-    assert (everything.activation_checkpointing, everything.checkpoint_layers) == (True, None)
-    assert not (everything.fp8.mlp_activations_in_fp8 or everything.fp8.fast_accum)
-    bench = lora_variant(base, "fp8native", ["fp8act", "ac24"], on_gpu=False).features
-    assert (bench.checkpoint_layers, bench.fp8.mlp_activations_in_fp8) == (24, True)
+    assert (f.activation_checkpointing, f.checkpoint_layers, spec.fp8_weights) == (True, 1, True)
+    assert f.fp8.backend == "native" and f.fp8.mlp_activations_in_fp8 and f.fp8.fast_accum
+    model, _ = curve_parity.build_ours(
+        LoraConfig, curve_parity.LORA_VALUES, asked, PRESETS["tiny"], torch.device("cpu")
+    )
+    recomputed = [m.recompute for m in model.modules() if type(m).__name__ == "Checkpointed"]
+    assert recomputed[0] and not any(recomputed[1:]) and len(recomputed) > 1  # ACL=1: the first block only
