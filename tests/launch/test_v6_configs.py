@@ -212,15 +212,15 @@ def test_amds_8b_config_runs_mxfp4_throughout_after_an_fp8_warmup(staged):
     _fp4_names_reach_the_recipe(bench, env, cfg)
 
 
-def test_nvidias_b200_lora_config_runs_nvfp4_healing_at_350(tmp_path):
-    from training.fp4 import Fp4Recipe, Fp4Settings
-
+def _stage_nemo(
+    tmp_path: Path, bench: str, config: str, files: dict[str, bytes | str]
+) -> tuple[dict, object]:
+    """NVIDIA's NeMo `config` beside the files it sources (`files`: name -> content), through the
+    launcher's config stage; the environment it leaves and the trainer's config of it."""
     folder = tmp_path / "nemo"
     folder.mkdir()
-    config = folder / Path(DELL_B200_LORA).name
-    config.write_bytes((V6 / DELL_B200_LORA).read_bytes())
-    (folder / "config_common.sh").write_bytes((V6 / NVIDIA_LORA_COMMON).read_bytes())
-    (folder / "config_common_fp4.sh").write_text(NVIDIA_LORA_FP4)
+    for name, content in {Path(config).name: (V6 / config).read_bytes(), **files}.items():
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     (tmp_path / "data").mkdir()
     env = {
         "PATH": "/usr/bin:/bin",
@@ -230,10 +230,11 @@ def test_nvidias_b200_lora_config_runs_nvfp4_healing_at_350(tmp_path):
         "LOGDIR_MB_PER_RUN": "0",
         "CONTAINER_RUNTIME": "none",
         "PYTHON": sys.executable,
-        "BENCHMARK": "llama2_70b_lora",
+        "BENCHMARK": bench,
     }
+    staged_config = str(folder / Path(config).name)
     subprocess.run(
-        ["bash", "-c", STAGE, "stage", str(REPO), str(tmp_path), str(config)],
+        ["bash", "-c", STAGE, "stage", str(REPO), str(tmp_path), staged_config],
         env=env,
         check=True,
         timeout=120,
@@ -241,9 +242,38 @@ def test_nvidias_b200_lora_config_runs_nvfp4_healing_at_350(tmp_path):
     assert (tmp_path / "1.rc").read_text().strip() == "0", (tmp_path / "1.out").read_text()
     raw = (tmp_path / "1.env").read_bytes().decode().split("\0")
     staged = dict(item.split("=", 1) for item in raw if "=" in item)
-    cfg, problems = trainer_config("llama2_70b_lora", staged)
+    cfg, problems = trainer_config(bench, staged)
     assert problems == []
+    return staged, cfg
+
+
+def test_nvidias_b200_lora_config_runs_nvfp4_healing_at_350(tmp_path):
+    from training.fp4 import Fp4Recipe, Fp4Settings
+
+    common = {
+        "config_common.sh": (V6 / NVIDIA_LORA_COMMON).read_bytes(),
+        "config_common_fp4.sh": NVIDIA_LORA_FP4,
+    }
+    env, cfg = _stage_nemo(tmp_path, "llama2_70b_lora", DELL_B200_LORA, common)
     assert cfg.requested_precision() == "fp8" and cfg.fp8_dpa and cfg.healing_precision == "FP8_DS"
     recipe = Fp4Recipe("nvfp4", nvfp4_rht=False, nvfp4_2d=False, nvfp4_stochastic=True)
     assert cfg.fp4_settings() == Fp4Settings(recipe, healing_iter=350, warmup_in_fp8=False)
-    _fp4_names_reach_the_recipe("llama2_70b_lora", staged, cfg)
+    _fp4_names_reach_the_recipe("llama2_70b_lora", env, cfg)
+
+
+def test_nvidias_8b_fp4_config_runs_nvfp4_throughout(tmp_path):
+    """ASUSTeK's copy of NVIDIA's 8B FP4 setup, its own config_common*.sh beside it; the two it sources that
+    the public copy lacks (CUDA graphs, FP8 attention) left empty."""
+    from training.fp4 import Fp4Recipe, Fp4Settings
+
+    folder = f"ASUSTeK/{EIGHT_B}/nemo"
+    names = ("config_common.sh", "config_common_8b.sh", "config_common_fp4.sh")
+    common = {name: (V6 / folder / name).read_bytes() for name in names}
+    common |= {"config_common_cg.sh": "", "config_common_fp8attn.sh": ""}
+    env, cfg = _stage_nemo(tmp_path, "llama31_8b", f"{folder}/config_XA_NB3I_E12.sh", common)
+    assert cfg.requested_precision() == "fp8"
+    # config_common_fp4.sh, sourced last, turns off the stochastic rounding and 2D blocks config_common_8b.sh
+    # turned on
+    recipe = Fp4Recipe("nvfp4", nvfp4_rht=False, nvfp4_2d=False, nvfp4_stochastic=False)
+    assert cfg.fp4_settings() == Fp4Settings(recipe, healing_iter=None, warmup_in_fp8=False)
+    _fp4_names_reach_the_recipe("llama31_8b", env, cfg)
