@@ -82,6 +82,17 @@ def test_fp4_trains_its_recipe():
     assert not off.fp8 and off.fp4_settings() is None
 
 
+def test_warmup_recipe_sets_the_precision_of_warmup_passes_that_run():
+    """WARMUP_RECIPE=fp8_hybrid puts the synthetic warm-up in FP8 (AMD's 8B, SYNTH_WARMUP_STEPS=20): the
+    record (and the log's FP8 backend line) says so only where warm-up passes run."""
+    amd = {**LLAMA, "GBS": "32", "FP4": "true", "FP4_RECIPE": "mxfp4", "WARMUP_RECIPE": "fp8_hybrid"}
+    assert LlamaPretrainConfig.from_env({**amd, "SYNTHETIC_WARMUP_STEPS": "20"}).fp4_settings().warmup_in_fp8
+    assert not LlamaPretrainConfig.from_env(amd).fp4_settings().warmup_in_fp8  # no warm-up by default
+    lora = {**LORA, "FP4": "True", "WARMUP_RECIPE": "fp8_hybrid"}
+    assert LoraConfig.from_env(lora).fp4_settings().warmup_in_fp8  # WARMUP=True: 5 passes
+    assert not LoraConfig.from_env({**lora, "WARMUP": "False"}).fp4_settings().warmup_in_fp8
+
+
 def test_not_applicable_names_are_recorded_and_a_typo_is_still_refused(tmp_path):
     env = {**BERT, "EXTRA_PARAMS": "--use_cuda_graph", "USE_DDP": "1", "WALLTIME_MINUTES": "8"}
     cfg = BertConfig.from_env(env, ["BATCHSIZE", "EXTRA_PARAMS", "USE_DDP", "WALLTIME_MINUTES"])

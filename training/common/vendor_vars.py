@@ -337,9 +337,9 @@ ROWS: list[VendorVar] = [
         ("llama31_8b",),
     ),
     *_na(
-        "NVIDIA's FP4 parameters (weights kept in NVFP4 between steps); here the 4-bit GEMMs quantize each "
-        "step's bf16 weight (training.fp4)",
-        "FP4_PARAM",
+        "NVIDIA's FP4 parameters (weights kept in NVFP4 between steps) and their all-gather in 4 bits; "
+        "here the 4-bit GEMMs quantize each step's gathered bf16 weight (training.fp4)",
+        "FP4_PARAM FP4_PARAM_GATHER",
         LLAMA,
     ),
     *_na(
@@ -360,7 +360,9 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "NVIDIA's first and last blocks kept in bf16 with FP8; here every block's linears run FP8",
+        "NVIDIA's first and last blocks computed in bf16 in an FP8 or FP4 run (Megatron's "
+        "first_last_layers_bf16, HPE's v6.0 LoRA FP4 configs); here every block's linears run the recipe "
+        "(FP8, or FP4 until healed): not implemented",
         "FIRST_LAST_LAYERS_BF16 NUM_LAYERS_AT_START_IN_BF16 NUM_LAYERS_AT_END_IN_BF16",
         LLAMA,
     ),
@@ -371,9 +373,27 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "NVIDIA's pre-quantized FP8 checkpoint; the base here is cast from the Hugging Face weights",
+        "AMD's and NVIDIA's FP4 LoRA: the frozen base's linear weights quantized once before training, to "
+        "4 bits for the GEMMs and to FP8 for the healing (NVIDIA's NVFP4Callback), to save the casts; "
+        "here the 4-bit and FP8 linears quantize the bf16 base at each step, which gives the same 4-bit "
+        "values every step (the base does not change); after healing the FP8 weight is scaled by its "
+        "delayed-scaling amax, where NVIDIA's pre-quantized FP8 copy is cast at scale 1",
         "PRE_QUANTIZED_MODEL",
         ("llama2_70b_lora",),
+    ),
+    *_na(
+        "where NVIDIA's pre-quantized FP8 copies of the base wait for the healing (GPU, not pinned host "
+        "memory); nothing is pre-quantized here (PRE_QUANTIZED_MODEL)",
+        "STORE_GPU",
+        LLAMA,
+    ),
+    *_na(
+        "Transformer Engine's recipe for its own FP8 attention (NVIDIA's FP4 configs: DelayedScaling for "
+        "LoRA, Float8CurrentScaling for the 8B); FP8 attention here (FP8_DPA=1, the Llama models) is "
+        "cuDNN's FP8 SDPA with Q, K, V and dO scaled by their own amax at each step, as "
+        "Float8CurrentScaling does",
+        "NVTE_DPA_FP8_RECIPE NVTE_DPA_FP8_FORMAT NVTE_DPA_FP8DS_AMAX_ALGO NVTE_DPA_FP8DS_AMAX_HISTLEN "
+        "NVTE_DPA_FP8DS_REDUCE_AMAX NVTE_DPA_FP8CS_O_in_F16",
     ),
     *_na(
         "NeMo's precision string; here PRECISION (auto, fp32, bf16, fp8) and FP8", "TRANSFORMER_ENGINE", LLAMA
@@ -512,7 +532,7 @@ ROWS: list[VendorVar] = [
         "NEMO_LORA_USE_THUNDER_DROPOUT NEMO_LORA_MEMORY_SAVING_DROPOUT",
         ("llama2_70b_lora",),
     ),
-    *_na(AMD_ROCM, "USE_HIPBLASLT ENABLE_TRANSPOSE_CACHE PT_TENSOR_VALIDATION PROFILE_RPD STORE_GPU", LLAMA),
+    *_na(AMD_ROCM, "USE_HIPBLASLT ENABLE_TRANSPOSE_CACHE PT_TENSOR_VALIDATION PROFILE_RPD", LLAMA),
     *_na(
         "NVIDIA's BERT trainer flags (fused kernels, unpadding, CUDA graphs, Transformer Engine); ours are "
         "COMPILE, COMPILE_MODE, ATTENTION, RESIDUAL_DTYPE",
@@ -846,9 +866,7 @@ ROWS: list[VendorVar] = [
         "NVTE_LOG_CK_CONFIG NVTE_LOG_FUSED_ATTN_CONFIG NVTE_FLASH_ATTN NVTE_DP_AMAX_REDUCE_INTERVAL "
         "NVTE_ASYNC_AMAX_REDUCTION NVTE_FWD_LAYERNORM_SM_MARGIN NVTE_BWD_LAYERNORM_SM_MARGIN "
         "NVTE_NORM_FWD_USE_CUDNN NVTE_NORM_BWD_USE_CUDNN NVTE_TP_OVERLAP_TRAINING_ONLY "
-        "NVTE_UB_ATOMIC_GEMM_RS_FC2 NVTE_UB_ATOMIC_GEMM_RS_PROJ NVTE_DPA_FP8_RECIPE NVTE_DPA_FP8_FORMAT "
-        "NVTE_DPA_FP8DS_AMAX_ALGO NVTE_DPA_FP8DS_AMAX_HISTLEN NVTE_DPA_FP8DS_REDUCE_AMAX "
-        "NVTE_DPA_FP8CS_O_in_F16 NVTE_TORCH_COMPILE TE_UB_ATOMIC_GEMM_RS",
+        "NVTE_UB_ATOMIC_GEMM_RS_FC2 NVTE_UB_ATOMIC_GEMM_RS_PROJ NVTE_TORCH_COMPILE TE_UB_ATOMIC_GEMM_RS",
     ),
     *_library(
         "the CUDA / ROCm runtime's and its math libraries' (cuBLAS, cuDNN)",

@@ -108,7 +108,7 @@ def apply_fp4(model: nn.Module, settings: Fp4Settings, fp8: Fp8Settings, device:
     heal = "no healing (4 bits throughout)"
     if settings.healing_iter is not None:
         heal = f"heals to native FP8 delayed scaling ({amax_description(fp8)})"
-        heal += f" after {settings.healing_iter} steps"
+        heal += f" after {settings.healing_iter} step{'' if settings.healing_iter == 1 else 's'}"
     gemms = f"{settings.recipe.describe()}, GEMMs {describe_kernel(kernel)}"
     parts = [gemms, f"{swapped} linear layers", heal]
     if settings.warmup_in_fp8:

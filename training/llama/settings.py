@@ -107,6 +107,11 @@ class LlamaRunSettings(RunSettings):
         not fit)."""
         raise NotImplementedError
 
+    def synthetic_warmup_passes(self) -> int:
+        """The untimed forward and backward passes on random tokens before run_start (each benchmark's
+        setting); WARMUP_RECIPE names their precision."""
+        raise NotImplementedError
+
     def scale_problems(self, world_size: int | None = None) -> list[str]:
         """The shared checks (`RunSettings.scale_problems`) and the benchmark's layout on the world size."""
         problems = super().scale_problems(world_size)
@@ -185,7 +190,9 @@ class LlamaRunSettings(RunSettings):
             nvfp4_2d=not self.nvfp4_disable_2d,
             nvfp4_stochastic=not self.nvfp4_disable_sr,
         )
-        return Fp4Settings(recipe, self.healing_iter, self.warmup_recipe == "fp8_hybrid")
+        # WARMUP_RECIPE=fp8_hybrid: the warm-up's passes in FP8, where there are any
+        warmup_in_fp8 = self.warmup_recipe == "fp8_hybrid" and self.synthetic_warmup_passes() > 0
+        return Fp4Settings(recipe, self.healing_iter, warmup_in_fp8)
 
     def fp4_problems(self) -> list[str]:
         """The FP4 settings' values and combinations, each naming its variable."""

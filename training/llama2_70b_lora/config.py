@@ -164,6 +164,9 @@ class LoraConfig(LlamaRunSettings):
         """MINIBS x data-parallel ranks, as AMD's and NVIDIA's yaml: MINIBS x GPUs / (TP x PP x CP)."""
         return self.minibs * (world_size // self.model_parallel())
 
+    def synthetic_warmup_passes(self) -> int:
+        return self.warmup_train_steps if self.warmup else 0
+
     def parallelism(self, world_size: int) -> Parallelism:
         """FSDP2 over every GPU, each taking whole sequences where the global batch allows it (GBS / world
         each, in forwards of MBS); where NVIDIA's TP x PP x CP leave fewer sequences than GPUs, each sequence

@@ -143,6 +143,9 @@ class LlamaPretrainConfig(LlamaRunSettings):
         """Sequences per optimizer step (GBS; the same on any number of GPUs)."""
         return self.gbs
 
+    def synthetic_warmup_passes(self) -> int:
+        return self.synthetic_warmup_steps
+
     def parallelism(self, world_size: int) -> Parallelism:
         """The layout of `world_size` ranks (ConfigError naming the variables if it does not fit)."""
         return layout(world_size, *self.model_layout(), self.gbs, self.micro_batch_size)
