@@ -391,7 +391,7 @@ ROWS: list[VendorVar] = [
         "Transformer Engine's recipe for its own FP8 attention (NVIDIA's FP4 configs: DelayedScaling for "
         "LoRA, Float8CurrentScaling for the 8B); FP8 attention here (FP8_DPA=1, the Llama models) is "
         "cuDNN's FP8 SDPA with Q, K, V and dO scaled by their own amax at each step, as "
-        "Float8CurrentScaling does",
+        "Float8CurrentScaling does, and the backward's dS and FP8 gradients by a 4-step amax history",
         "NVTE_DPA_FP8_RECIPE NVTE_DPA_FP8_FORMAT NVTE_DPA_FP8DS_AMAX_ALGO NVTE_DPA_FP8DS_AMAX_HISTLEN "
         "NVTE_DPA_FP8DS_REDUCE_AMAX NVTE_DPA_FP8CS_O_in_F16",
     ),
