@@ -51,8 +51,10 @@ def bert() -> None:
     padded_cu = data.pad_static(data.collate(rows, SEQ), ROWS).cu_seqlens.to(dev)
     lens = [int(n) for r in rows for n in r[4]]
     useful = 3 * 4 * heads * dim * sum(n * n for n in lens)  # fwd + bwd (= 2x fwd), QK^T and PV
-    q, k, v = (torch.randn(ROWS, heads, SEQ, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))  # fmt: skip
+    q, k, v = (
+        torch.randn(ROWS, heads, SEQ, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     mask = block_diagonal_mask(b.seq_ids)
     grad = torch.randn_like(q)
     results = []
@@ -68,8 +70,12 @@ def bert() -> None:
                     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
             timed(results, f"sdpa mask {backend.name.lower()} dropout {p}", step_of(fn), useful)
-    timed(results, "sdpa no mask flash (crosses sequences: lower bound)",
-          step_of(lambda: F.scaled_dot_product_attention(q, k, v)), useful)  # fmt: skip
+    timed(
+        results,
+        "sdpa no mask flash (crosses sequences: lower bound)",
+        step_of(lambda: F.scaled_dot_product_attention(q, k, v)),
+        useful,
+    )
 
     flat = [t.detach().transpose(1, 2).reshape(ROWS * SEQ, heads, dim).requires_grad_() for t in (q, k, v)]
     gflat = grad.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)
@@ -114,8 +120,12 @@ def bert() -> None:
 
     for p in (0.1, 0.0):
         timed(results, f"aten flash varlen dropout {p}", step_of(lambda p=p: flash_varlen(p), gflat), useful)
-        timed(results, f"aten efficient varlen dropout {p}",
-              step_of(lambda p=p: efficient_varlen(p), gflat), useful)  # fmt: skip
+        timed(
+            results,
+            f"aten efficient varlen dropout {p}",
+            step_of(lambda p=p: efficient_varlen(p), gflat),
+            useful,
+        )
 
     real = b.seq_ids.view(-1) > 0  # tokens of real sequences (padding outputs are never read)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
@@ -129,11 +139,15 @@ def bert() -> None:
         for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
             with sdpa_kernel(backend):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            print(f"sdpa {backend.name} vs fp32 math, no dropout: relative error "
-                  f"{rel(out.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)):.2e}")  # fmt: skip
+            print(
+                f"sdpa {backend.name} vs fp32 math, no dropout: relative error "
+                f"{rel(out.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)):.2e}"
+            )
         for name, cu in (("", b.cu_seqlens), (" (cu padded)", padded_cu)):
-            print(f"cudnn ragged{name} vs fp32 math, no dropout: relative error "
-                  f"{rel(ragged(flat, gflat, cu, 0.0)[0]):.2e}")  # fmt: skip
+            print(
+                f"cudnn ragged{name} vs fp32 math, no dropout: relative error "
+                f"{rel(ragged(flat, gflat, cu, 0.0)[0]):.2e}"
+            )
         print(f"aten flash varlen vs fp32 math, no dropout: relative error {rel(flash_varlen(0.0)):.2e}")
         print(f"aten efficient varlen vs fp32 math: relative error {rel(efficient_varlen(0.0)):.2e}")
     for name, fn in (("flash", flash_varlen), ("efficient", efficient_varlen)):
@@ -143,8 +157,10 @@ def bert() -> None:
         out.backward(gflat)
         lhs = float((out.detach().float() * gflat.float()).sum())
         rhs = float((flat[2].float() * flat[2].grad.float()).sum())
-        print(f"aten {name} varlen, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
-              f"(relative {abs(lhs - rhs) / abs(rhs):.1e})")  # fmt: skip
+        print(
+            f"aten {name} varlen, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
+            f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
+        )
     out, dq, dk, dv = ragged(flat, gflat, padded_cu, 0.1)
     lhs, rhs = float((out.float() * gflat.float()).sum()), float((flat[2].float() * dv.float()).sum())
     print(
@@ -230,16 +246,24 @@ def flash4_rows(results, q, k, v, grad, ref, useful, name, window=None) -> None:
         else:
             want = F.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True)
         want.backward(grad)
-        diffs = [float((a.float() - b.float()).norm() / b.float().norm())
-                 for a, b in zip(ours, [ref, *(t.grad for t in leaves)])]  # fmt: skip
-        print(f"{name} FlashAttention-4 vs reference: relative difference output {diffs[0]:.2e}, "
-              f"dq {diffs[1]:.2e}, dk {diffs[2]:.2e}, dv {diffs[3]:.2e}")  # fmt: skip
+        diffs = [
+            float((a.float() - b.float()).norm() / b.float().norm())
+            for a, b in zip(ours, [ref, *(t.grad for t in leaves)])
+        ]
+        print(
+            f"{name} FlashAttention-4 vs reference: relative difference output {diffs[0]:.2e}, "
+            f"dq {diffs[1]:.2e}, dk {diffs[2]:.2e}, dv {diffs[3]:.2e}"
+        )
         for t in (qs, ks, vs):
             t.grad = None
     except Exception as err:  # noqa: BLE001 - reported in the table below
         print(f"{name} FlashAttention-4: {type(err).__name__}: {str(err)[:200]}")
-    timed(results, "FlashAttention-4 (flash-attn-4, backend flash4)",
-          lambda: flash4_attention(qs, ks, vs, window=window).backward(g), useful)  # fmt: skip
+    timed(
+        results,
+        "FlashAttention-4 (flash-attn-4, backend flash4)",
+        lambda: flash4_attention(qs, ks, vs, window=window).backward(g),
+        useful,
+    )
 
 
 def lora() -> None:
@@ -258,8 +282,10 @@ def mistral() -> None:
     dev, seq, heads, kv, dim, window = torch.device("cuda"), 8192, 32, 8, 128, 4096
     gen = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(1, seq, heads, dim, device=dev, dtype=torch.bfloat16, generator=gen, requires_grad=True)
-    k, v = (torch.randn(1, seq, kv, dim, device=dev, dtype=torch.bfloat16, generator=gen, requires_grad=True)
-            for _ in range(2))  # fmt: skip
+    k, v = (
+        torch.randn(1, seq, kv, dim, device=dev, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+        for _ in range(2)
+    )
     grad = torch.randn_like(q)
     pairs = window * (window + 1) // 2 + (seq - window) * window  # (query, key) pairs inside the band
     useful = 12 * pairs * heads * dim  # 4 * pairs * h * d forward, x3 with backward
@@ -279,18 +305,22 @@ def mistral() -> None:
         return out.transpose(1, 2)
 
     def causal():
-        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True,
-                                             enable_gqa=True)  # fmt: skip
+        out = F.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)), is_causal=True, enable_gqa=True
+        )
         return out.transpose(1, 2)
 
     variants = [("cuDNN banded SDPA (backend cudnn)", model_kernel("cudnn"), True)]
     if TORCH_WINDOW_ATTENTION is not None:
         variants.append(("PyTorch flash varlen_attn with window (FA2)", model_kernel("sdpa"), True))
-    variants += [("FlexAttention, window block mask (torchtitan's)", flex_step, True),
-                 ("SDPA causal, no window (cuDNN), for scale", causal, False)]  # fmt: skip
+    variants += [
+        ("FlexAttention, window block mask (torchtitan's)", flex_step, True),
+        ("SDPA causal, no window (cuDNN), for scale", causal, False),
+    ]
     results = []
-    flash4_rows(results, *(t.transpose(1, 2) for t in (q, k, v, grad)), ref.transpose(1, 2), useful,
-                "Mistral", window)  # fmt: skip
+    flash4_rows(
+        results, *(t.transpose(1, 2) for t in (q, k, v, grad)), ref.transpose(1, 2), useful, "Mistral", window
+    )
     for name, fn, banded in variants:
         try:
             with torch.no_grad():
@@ -302,8 +332,10 @@ def mistral() -> None:
             print(f"{name}: {type(err).__name__}: {str(err)[:200]}")
         flop = useful if banded else 6 * seq * seq * heads * dim
         timed(results, name, lambda fn=fn: fn().backward(grad), flop)
-    table(f"Mistral 7B attention per layer, fwd+bwd, window {window}, seq {seq}, {heads}/{kv} heads of {dim}",
-          results)  # fmt: skip
+    table(
+        f"Mistral 7B attention per layer, fwd+bwd, window {window}, seq {seq}, {heads}/{kv} heads of {dim}",
+        results,
+    )
 
 
 def main() -> int:

@@ -38,8 +38,9 @@ def train(args, device, world: int, compiled: bool, steps: int | None = None):
     """(per-step losses, (step, workload, times, host)): a fresh model from seed 0, `args.warmup` untimed and
     `args.steps` timed steps (or `steps` untimed ones)."""
     torch.manual_seed(0)
-    run = RunArgs(CONFIG, "flux", batch_size=args.batch, grad_accum=1, num_layers=args.layers,
-                  enable_compile=compiled)  # fmt: skip
+    run = RunArgs(
+        CONFIG, "flux", batch_size=args.batch, grad_accum=1, num_layers=args.layers, enable_compile=compiled
+    )
     workload = flux.build(model_for(run), run, device, parallel.build_mesh("cuda", world, 1), world)
     train_step, losses = workload.make_step(args.batch, 1), []
 
@@ -82,11 +83,15 @@ def main() -> int:
     images = args.batch / ms * 1e3
     gpu = torch.cuda.get_device_name(device)
     say(f"{gpu} x {world}, {workload.blocks} blocks, batch {args.batch} per GPU")
-    say(f"  {ms:.1f} ms/step (CUDA events; steps {', '.join(f'{t:.0f}' for t in times)}), CPU issue "
-        f"{statistics.median(host):.1f} ms/step")  # fmt: skip
+    say(
+        f"  {ms:.1f} ms/step (CUDA events; steps {', '.join(f'{t:.0f}' for t in times)}), CPU issue "
+        f"{statistics.median(host):.1f} ms/step"
+    )
     tflops = images * workload.flops_per_item["ours"] / 1e12
-    say(f"  {images:.2f} images/s/GPU, {tflops:.1f} TFLOP/s/GPU, peak "
-        f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")  # fmt: skip
+    say(
+        f"  {images:.2f} images/s/GPU, {tflops:.1f} TFLOP/s/GPU, peak "
+        f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
+    )
     say(f"  losses {', '.join(f'{x:.4f}' for x in losses)}; loss parity: {parity.column(check)}")
     if args.profile and procs.main:
         print_profile(step, steps=2, top=args.profile)

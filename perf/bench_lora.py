@@ -101,10 +101,17 @@ def bench_ours(spec: RunSpec, seq, device, args, mesh, world) -> tuple[callable,
         losses.append(loss)
 
     adapters = sum(p.numel() for p in step.params)
-    return run, {"adapters": adapters, "losses": losses, "fp8": applied.fp8.description, "model": model,
-                 "ac": applied.activation_checkpointing.description, "optimizer": applied.optimizer,
-                 "lora": applied.lora.description, "data_parallel": applied.data_parallel.description,
-                 "attention": applied.attention}  # fmt: skip
+    return run, {
+        "adapters": adapters,
+        "losses": losses,
+        "fp8": applied.fp8.description,
+        "model": model,
+        "ac": applied.activation_checkpointing.description,
+        "optimizer": applied.optimizer,
+        "lora": applied.lora.description,
+        "data_parallel": applied.data_parallel.description,
+        "attention": applied.attention,
+    }
 
 
 def bench_peft(spec: RunSpec, seq, device, args, mesh, world) -> tuple[callable, dict]:
@@ -113,8 +120,9 @@ def bench_peft(spec: RunSpec, seq, device, args, mesh, world) -> tuple[callable,
     shape, recompute = spec.shape, spec.features.activation_checkpointing
     model, sharded = peers.peft_lora(shape, device, mesh, recompute=recompute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
-                                  fused=device.type == "cuda")  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        params, lr=4e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4, fused=device.type == "cuda"
+    )
     step = peers.hf_step(model, optimizer, clip=0.3)
     rows = LoraRows(shape.vocab_size, seq, device, rank_of(mesh), world, args.text, steps_run(args))
     losses = []
@@ -162,10 +170,15 @@ def bench(label: str, spec: RunSpec, peer: bool, seq: int, args, device, mesh, w
         torch.distributed.all_reduce(both, torch.distributed.ReduceOp.MAX)
         ms, peak, first_peak = both.tolist()
         tokens_per_s = seq / ms * 1e3
-    return {"ms": ms, "spread_ms": [min(times), max(times)], "tokens_per_s": tokens_per_s,
-            "model_tflops": flops * tokens_per_s / 1e12,
-            "fp8_matmuls": spec.features.fp8 is not None,
-            **step_record(first_s, first_peak, peak, info.pop("losses")), **info}  # fmt: skip
+    return {
+        "ms": ms,
+        "spread_ms": [min(times), max(times)],
+        "tokens_per_s": tokens_per_s,
+        "model_tflops": flops * tokens_per_s / 1e12,
+        "fp8_matmuls": spec.features.fp8 is not None,
+        **step_record(first_s, first_peak, peak, info.pop("losses")),
+        **info,
+    }
 
 
 def main() -> int:
@@ -273,8 +286,10 @@ def main() -> int:
             continue
         check = r.get("parity")
         ratio = parity.ratio_cell(r["tokens_per_s"] / peer["tokens_per_s"] if peer else None, check)
-        print(f"{head}| {r['ms'] / 1e3:.3f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
-              f"{r['peak_gib']:.1f} | {ratio} | {parity.column(check)} |")  # fmt: skip
+        print(
+            f"{head}| {r['ms'] / 1e3:.3f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
+            f"{r['peak_gib']:.1f} | {ratio} | {parity.column(check)} |"
+        )
     for name, r in results["runs"].items():
         if line := memory_line(r):
             print(f"memory, {name}: {line}")

@@ -87,10 +87,18 @@ def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, wor
     backend = "torchao" if variant == "ours-torchao" else "auto"
     attention = {"ours-flash4": "flash4", "reference": "sdpa"}.get(variant, "auto")
     reference = variant == "reference"
-    run = RunArgs(Path(ROWS[row][0]), model_type, batch_size=args.mbs, enable_fp8=fp8 and not reference,
-                  grad_accum=1, enable_compile=args.compile and not reference, fp8_backend=backend,
-                  attention=attention, bf16_weights=variant not in ("ours-autocast", "reference"),
-                  activation_checkpointing=reference)  # fmt: skip
+    run = RunArgs(
+        Path(ROWS[row][0]),
+        model_type,
+        batch_size=args.mbs,
+        enable_fp8=fp8 and not reference,
+        grad_accum=1,
+        enable_compile=args.compile and not reference,
+        fp8_backend=backend,
+        attention=attention,
+        bf16_weights=variant not in ("ours-autocast", "reference"),
+        activation_checkpointing=reference,
+    )
     spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     lr_at = functools.partial(llama_lr, warmup=args.lr_warmup)
@@ -156,11 +164,18 @@ def titan_step(row: str, shape: LlamaShape, args, device, world: int):
     window = window if window and window < shape.max_seq_length else None
     # its FFN width: multiple_of x ceil(8 x dim / 3 / multiple_of), which is ours with multiple_of = ours
     model_args = TransformerModelArgs(
-        dim=shape.hidden_size, n_layers=shape.num_layers, n_heads=shape.num_heads,
-        n_kv_heads=shape.num_kv_heads, vocab_size=shape.vocab_size, multiple_of=shape.ffn_hidden_size,
-        ffn_dim_multiplier=None, norm_eps=shape.norm_eps, rope_theta=shape.rope_theta,
-        max_seq_len=shape.max_seq_length, attn_type="flex" if window else "sdpa",
-    )  # fmt: skip
+        dim=shape.hidden_size,
+        n_layers=shape.num_layers,
+        n_heads=shape.num_heads,
+        n_kv_heads=shape.num_kv_heads,
+        vocab_size=shape.vocab_size,
+        multiple_of=shape.ffn_hidden_size,
+        ffn_dim_multiplier=None,
+        norm_eps=shape.norm_eps,
+        rope_theta=shape.rope_theta,
+        max_seq_len=shape.max_seq_length,
+        attn_type="flex" if window else "sdpa",
+    )
     with torch.device("meta"):
         model = Transformer(model_args)
     converters = build_model_converters(job, dims)
@@ -275,9 +290,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument(
-        "--lr-warmup", type=int, default=10,
+        "--lr-warmup",
+        type=int,
+        default=10,
         help="the learning rate's warm-up steps to 3e-5 (more: a gentler start; references spike less)",
-    )  # fmt: skip
+    )
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
@@ -299,8 +316,10 @@ def main() -> int:
         "runs": {},
     }
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"{results['device']} x {world}, torch {torch.__version__}, seq {args.seq}, batch {args.mbs} per GPU",
-        flush=True)  # fmt: skip
+    say(
+        f"{results['device']} x {world}, torch {torch.__version__}, seq {args.seq}, batch {args.mbs} per GPU",
+        flush=True,
+    )
     peers = args.peers.split(",")
     if args.reference and "reference" not in peers:
         peers.insert(0, "reference")

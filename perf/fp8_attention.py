@@ -74,11 +74,20 @@ def main() -> int:
     fault = fp8_attention_fault(device)
     import cudnn
 
-    record = {"device": torch.cuda.get_device_name(), "versions": versions(),
-              "cudnn_backend": cudnn.backend_version(), "cudnn_frontend": cudnn.__version__, "fault": fault,
-              "accuracy": {}, "speed": {}}  # fmt: skip
-    print(f"{record['device']}, torch {torch.__version__}, cuDNN {record['cudnn_backend']}, frontend "
-          f"{record['cudnn_frontend']}: FP8 attention {fault or 'runs'}", flush=True)  # fmt: skip
+    record = {
+        "device": torch.cuda.get_device_name(),
+        "versions": versions(),
+        "cudnn_backend": cudnn.backend_version(),
+        "cudnn_frontend": cudnn.__version__,
+        "fault": fault,
+        "accuracy": {},
+        "speed": {},
+    }
+    print(
+        f"{record['device']}, torch {torch.__version__}, cuDNN {record['cudnn_backend']}, frontend "
+        f"{record['cudnn_frontend']}: FP8 attention {fault or 'runs'}",
+        flush=True,
+    )
     if fault:
         print(json.dumps(record))
         return 1
@@ -108,8 +117,12 @@ def main() -> int:
                 times = time_steps(step, 3, 20, device)
                 ms = statistics.median(times)
                 name = f"{case} {what} {backend}"
-                record["speed"][name] = {"ms": ms, "spread_ms": [min(times), max(times)],
-                                         "useful_tflop": flop / 1e12, "tflops": flop / ms / 1e9}  # fmt: skip
+                record["speed"][name] = {
+                    "ms": ms,
+                    "spread_ms": [min(times), max(times)],
+                    "useful_tflop": flop / 1e12,
+                    "tflops": flop / ms / 1e9,
+                }
                 rows.append((name, ms, flop / ms / 1e9))
                 print(f"{name}: {ms:.3f} ms, {flop / ms / 1e9:.0f} TFLOP/s", flush=True)
     if os.environ.get("OUT"):

@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     took = time.time() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     size = sum(p.stat().st_size for p in cache.iterdir()) / 2**30
-    print(f"GBS {args.gbs}, {args.steps} steps: {samples} samples, built in {took:.0f} s, peak memory "
-          f"{peak:.1f} GiB, cache {size:.2f} GiB")  # fmt: skip
+    print(
+        f"GBS {args.gbs}, {args.steps} steps: {samples} samples, built in {took:.0f} s, peak memory "
+        f"{peak:.1f} GiB, cache {size:.2f} GiB"
+    )
     return 0
 
 

@@ -129,9 +129,25 @@ def adamw_sweep() -> None:
     def update(block: int, warps: int) -> None:
         for p, g, (m, v), w in zip(masters, grads, moments, weights):
             _adamw_kernel[(triton.cdiv(p.numel(), block),)](
-                p, g, m, v, p, w, p.numel(), 1e-6, 0.9, 0.95, 1e-8, 0.1, 1e-6, 1.0,
-                SCALED=False, COPY=True, BLOCK=block, num_warps=warps,
-            )  # fmt: skip
+                p,
+                g,
+                m,
+                v,
+                p,
+                w,
+                p.numel(),
+                1e-6,
+                0.9,
+                0.95,
+                1e-8,
+                0.1,
+                1e-6,
+                1.0,
+                SCALED=False,
+                COPY=True,
+                BLOCK=block,
+                num_warps=warps,
+            )
 
     results = []
     for block in (1024, 2048, 4096, 8192):
@@ -395,8 +411,10 @@ def fp8_mlp_case(name: str, tokens: int, hidden: int, ffn: int, swiglu: bool) ->
     (unfused, amax), (fused, fused_amax) = outputs.values()
     table(f"{name}, compiled, fwd + bwd", results)
     errors = [float((a.float() - b.float()).norm() / b.float().norm()) for a, b in zip(fused, unfused)]
-    print("fused vs linear by linear, relative error (y, dx, parameter gradients): " + ", ".join(
-        f"{e:.2e}" for e in errors))  # fmt: skip
+    print(
+        "fused vs linear by linear, relative error (y, dx, parameter gradients): "
+        + ", ".join(f"{e:.2e}" for e in errors)
+    )
     print(f"amax (linear by linear): {amax}\namax (fused):            {fused_amax}")
 
 
@@ -411,13 +429,22 @@ def fp8_gemm() -> None:
     }
     for name, (shape, trained) in models.items():
         h, kv, f = shape.hidden_size, shape.num_kv_heads * shape.head_dim, shape.ffn_hidden_size
-        linears = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "gate": (h, f), "up": (h, f),
-                   "down": (f, h)}  # fmt: skip
+        linears = {
+            "q": (h, h),
+            "k": (h, kv),
+            "v": (h, kv),
+            "o": (h, h),
+            "gate": (h, f),
+            "up": (h, f),
+            "down": (f, h),
+        }
         results, block = [], {"promoted": 0.0, "te split": 0.0}
         for linear, (k, n) in linears.items():
             gen = torch.Generator(DEV).manual_seed(0)
-            x, w, g = (torch.randn(a, b, device=DEV, generator=gen, dtype=BF16)
-                       for a, b in ((tokens, k), (n, k), (tokens, n)))  # fmt: skip
+            x, w, g = (
+                torch.randn(a, b, device=DEV, generator=gen, dtype=BF16)
+                for a, b in ((tokens, k), (n, k), (tokens, n))
+            )
             x8, w8, g8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), g.to(E5M2)
             wt8, gt8, xt8 = (t.t().contiguous() for t in (w8, g8, x8))
             one = torch.ones((), device=DEV)
@@ -428,16 +455,22 @@ def fp8_gemm() -> None:
                     label = f"{name} {linear} {gemm} {a.shape[0]}x{a.shape[1]}x{b.shape[0]}"
                     label += ", fast accumulation" if fast else ", promoted"
                     flop = 2 * a.shape[0] * a.shape[1] * b.shape[0]
-                    timed(results, label, partial(torch._scaled_mm, a, b.t(), one, one, out_dtype=BF16,
-                                                  use_fast_accum=fast), flop)  # fmt: skip
+                    timed(
+                        results,
+                        label,
+                        partial(torch._scaled_mm, a, b.t(), one, one, out_dtype=BF16, use_fast_accum=fast),
+                        flop,
+                    )
                     ms[fast] = results[-1][1]
                     share = f"{float(results[-1][2]) / FP8_PEAK:.0%}" if ms[fast] == ms[fast] else "-"
                     results[-1] = (*results[-1][:2], f"{results[-1][2]} ({share} of peak)")
                 block["promoted"] += ms[False]
                 block["te split"] += ms[gemm == "fwd"]
         table(f"FP8 GEMMs of a Llama {name} block at {tokens} tokens (torch._scaled_mm)", results)
-        print(f"\n{name} block, every GEMM: {block['promoted']:.2f} ms promoted; {block['te split']:.2f} ms "
-              "with the forward's fast (FP8_FAST_ACCUM=1)")  # fmt: skip
+        print(
+            f"\n{name} block, every GEMM: {block['promoted']:.2f} ms promoted; {block['te split']:.2f} ms "
+            "with the forward's fast (FP8_FAST_ACCUM=1)"
+        )
 
 
 def main() -> int:

@@ -43,104 +43,257 @@ DAY, DAY2, DAY3 = "2026-11-27", "2026-11-28", "2026-12-04"
 LORA, LLAMA, SUITE = "Llama 2 70B LoRA step", "Llama 3.1 8B", "Throughput suite, Llama 3.1 8B"
 PEFT, TITAN = "HF + `peft`", "torchtitan 0.2.2"
 HEADLINE = (
-    Pick("BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
-         f"{DAY}/bench_bert_h100_fastest_parity.json", "compiled_fp8native_cudagraphs_bf16res", "hf",
-         "HF `BertForPreTraining`", readme=True),
-    Pick("BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
-         f"{DAY3}/bench_bert_h200_fastest_parity.json", "compiled_fp8native_cudagraphs_bf16res", "hf",
-         "HF `BertForPreTraining`"),
-    Pick(f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
-         "full depth, native FP8", f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
-         "ours-fp8native-synceach-flash4", "ours-bf16-synceach", "ours, bf16, compiled", readme=True),
-    Pick(f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
-         "full depth, native FP8", f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
-         "ours-fp8native-synceach", "ours-bf16-synceach", "ours, bf16, compiled"),
-    Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
-         "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
-         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_flash4.json",
-         "ours-fp8native-synceach-flash4-bf16reduce", "ours-fp8native-synceach-flash4",
-         "ours, the same, float32 reduce-scatter", readme=True),
-    Pick(f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
-         "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
-         f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_sdpa.json", "ours-fp8native-synceach-bf16reduce",
-         "ours-fp8native-synceach", "ours, the same, float32 reduce-scatter"),
-    Pick(f"{LLAMA}, one micro-batch a step, full depth, native FP8, blocks kept gathered",
-         f"{DAY}/bench_llama_32blocks_4xh200_keep.json", "ours-fp8native-keep", "ours-bf16-eager-torchadamw",
-         "ours, bf16, eager"),
-    Pick(f"{LLAMA} width, 6 blocks, bf16, compiled", f"{DAY}/bench_llama_6blocks_constlr.json", "ours-bf16",
-         "hf-bf16", "HF `LlamaForCausalLM`"),
-    Pick(f"{LLAMA} width, 6 blocks, native FP8", f"{DAY}/bench_llama_6blocks_constlr.json", "ours-fp8native",
-         "hf-bf16", "HF `LlamaForCausalLM`"),
-    Pick(f"{SUITE}, full depth, bf16", f"{DAY}/bench_throughput_32blocks_4xh200_sixth.json",
-         "llama8b-bf16:ours", "llama8b-bf16:titan", TITAN, readme=True),
-    Pick(f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_32blocks_4xh200_fp8_lrwarmup50.json", "llama8b-fp8:ours",
-         "llama8b-fp8:titan", f"{TITAN} + torchao"),
-    Pick(f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_32blocks_4xh200_fp8_flash4_lrwarmup50.json", "llama8b-fp8:ours-flash4",
-         "llama8b-fp8:titan", f"{TITAN} + torchao", readme=True),
-    Pick(f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_32blocks_4xh100_fp8_flash4_lrwarmup50_profile.json", "llama8b-fp8:ours",
-         "llama8b-fp8:titan", f"{TITAN} + torchao", readme=True),
-    Pick(f"{SUITE}, full depth, our step with torchao's float8",
-         f"{DAY}/bench_throughput_32blocks_4xh200_fp8_lrwarmup50.json", "llama8b-fp8:ours-torchao",
-         "llama8b-fp8:titan", f"{TITAN} + torchao"),
-    Pick(f"{SUITE}, full depth, FP8, a 10-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_32blocks_4xh200_sixth.json", "llama8b-fp8:ours", "llama8b-fp8:titan",
-         f"{TITAN} + torchao"),
-    Pick(f"{SUITE}, full depth, FP8, 2 rows a GPU", f"{DAY}/bench_throughput_32blocks_4xh200_fp8_mbs2.json",
-         "llama8b-fp8:ours", "llama8b-fp8:titan", f"{TITAN} + torchao"),
-    Pick(f"{SUITE}, 24 blocks, bf16, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_24blocks_h200_lrwarmup50_profile.json", "llama8b-bf16:ours-flash4",
-         "llama8b-bf16:titan", TITAN),
-    Pick(f"{SUITE}, 24 blocks, FP8, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_throughput_24blocks_h200_lrwarmup50_profile.json", "llama8b-fp8:ours-flash4",
-         "llama8b-fp8:titan", f"{TITAN} + torchao", readme=True),
-    Pick(f"{LORA}, 20 of 80 blocks, bf16, every block recomputed", f"{DAY}/bench_lora_20blocks.json",
-         "ours-bf16-ac", "peft-bf16-ac", PEFT, readme=True),
-    Pick(f"{LORA}, 20 of 80 blocks, native FP8, every block recomputed", f"{DAY}/bench_lora_20blocks.json",
-         "ours-fp8native-ac", "peft-bf16-ac", PEFT),
-    Pick(f"{LORA}, 20 of 80 blocks, native FP8, frozen weights stored in FP8, every block recomputed",
-         f"{DAY}/bench_lora_20blocks.json", "ours-fp8native-fp8w-ac", "peft-bf16-ac", PEFT),
-    Pick(f"{LORA}, 20 of 80 blocks, bf16, a new excerpt row each step, constant learning rate",
-         f"{DAY}/bench_lora_20blocks_stream_constlr.json", "ours-bf16-ac", "peft-bf16-ac", PEFT),
-    Pick(f"{LORA}, 40 of 80 blocks, native FP8, every block recomputed (the peer's recompute)",
-         f"{DAY}/bench_lora_40blocks_h200_flash4_profile.json", "ours-fp8native-ac", "peft-bf16-ac", PEFT,
-         readme=True),
-    Pick(f"{LORA}, 40 of 80 blocks, native FP8, every block recomputed",
-         f"{DAY}/bench_lora_40blocks_h200_fp8w.json", "ours-fp8native-ac", "peft-bf16-ac", PEFT),
-    Pick(f"{LORA}, 40 of 80 blocks, native FP8, frozen weights stored in FP8 (`FP8_WEIGHTS=1`), every block "
-         "recomputed", f"{DAY}/bench_lora_40blocks_h200_fp8w.json", "ours-fp8native-fp8w-ac", "peft-bf16-ac",
-         PEFT),
-    Pick(f"{LORA}, all 80 blocks on ONE GPU, frozen weights stored in FP8, 40 blocks recomputed (ACL 40)",
-         f"{DAY2}/bench_lora_80blocks_1xh200_fp8w_acl_sdpa.json", "ours-fp8native-fp8w-ac40",
-         "ours-fp8native-fp8w-ac", "ours, every block recomputed"),
-    Pick(f"{LORA}, all 80 blocks on ONE GPU, frozen weights stored in FP8, the kept blocks' SwiGLU inputs in "
-         "FP8 (`FP8_MLP_ACTIVATIONS=1`), 24 blocks recomputed (ACL 24): the one-H200 config's mode",
-         f"{DAY3}/bench_lora_80blocks_1xh200_fp8w_fp8act_sdpa.json", "ours-fp8native-fp8w-fp8act-ac24-sdpa",
-         "ours-fp8native-fp8w-ac40-sdpa", "ours, bf16 SwiGLU inputs, ACL 40", readme=True),
-    Pick(f"{LORA}, all 80 blocks on ONE GPU, as the row above with fast accumulation (`FP8_FAST_ACCUM=1`; "
-         "not shipped: its curve parts from FP8's farther than other dropout seeds)",
-         f"{DAY3}/bench_lora_80blocks_1xh200_fp8w_fp8act_sdpa.json",
-         "ours-fp8native-fp8w-fastaccum-fp8act-ac24-sdpa", "ours-fp8native-fp8w-ac40-sdpa",
-         "ours, bf16 SwiGLU inputs, ACL 40"),
-    Pick(f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",
-         f"{DAY}/bench_lora_80blocks_4xh200_peft_ac24_flash4.json", "ours-fp8native-ac24", "peft-bf16-ac",
-         f"{PEFT}, FSDP2", readme=True),
-    Pick(f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",
-         f"{DAY}/bench_lora_80blocks_4xh200_peft_ac24.json", "ours-fp8native-ac24", "peft-bf16-ac",
-         f"{PEFT}, FSDP2"),
-    Pick(f"{LORA}, all 80 blocks, FSDP2, native FP8, every block recomputed, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_lora_80blocks_4xh100_lrwarmup50.json", "ours-fp8native-ac", "peft-bf16-ac",
-         f"{PEFT}, FSDP2", readme=True),
-    Pick(f"{LORA}, all 80 blocks, FSDP2, bf16, every block recomputed, a 50-step learning-rate warm-up",
-         f"{DAY}/bench_lora_80blocks_4xh100_lrwarmup50.json", "ours-bf16-ac", "peft-bf16-ac",
-         f"{PEFT}, FSDP2"),
-    Pick(f"{LORA}, all 80 blocks, FSDP2, native FP8, every block recomputed, the bench's 5-step warm-up",
-         f"{DAY}/bench_lora_80blocks_4xh100_profiled.json", "ours-fp8native-ac", "peft-bf16-ac",
-         f"{PEFT}, FSDP2"),
-
-)  # fmt: skip
+    Pick(
+        "BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
+        f"{DAY}/bench_bert_h100_fastest_parity.json",
+        "compiled_fp8native_cudagraphs_bf16res",
+        "hf",
+        "HF `BertForPreTraining`",
+        readme=True,
+    ),
+    Pick(
+        "BERT-Large step, native FP8, CUDA graphs, bf16 residual (the H100 config's mode)",
+        f"{DAY3}/bench_bert_h200_fastest_parity.json",
+        "compiled_fp8native_cudagraphs_bf16res",
+        "hf",
+        "HF `BertForPreTraining`",
+    ),
+    Pick(
+        f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
+        "full depth, native FP8",
+        f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
+        "ours-fp8native-synceach-flash4",
+        "ours-bf16-synceach",
+        "ours, bf16, compiled",
+        readme=True,
+    ),
+    Pick(
+        f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
+        "full depth, native FP8",
+        f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
+        "ours-fp8native-synceach",
+        "ours-bf16-synceach",
+        "ours, bf16, compiled",
+    ),
+    Pick(
+        f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
+        "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
+        f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_flash4.json",
+        "ours-fp8native-synceach-flash4-bf16reduce",
+        "ours-fp8native-synceach-flash4",
+        "ours, the same, float32 reduce-scatter",
+        readme=True,
+    ),
+    Pick(
+        f"{LLAMA}, the trainer's step at GBS 16 (a reduce-scatter after each micro-batch), native FP8, the "
+        "gradients reduce-scattered in bf16 (`GRAD_REDUCE_IN_FP32=0`)",
+        f"{DAY2}/bench_llama_accum_4xh200_bf16reduce_sdpa.json",
+        "ours-fp8native-synceach-bf16reduce",
+        "ours-fp8native-synceach",
+        "ours, the same, float32 reduce-scatter",
+    ),
+    Pick(
+        f"{LLAMA}, one micro-batch a step, full depth, native FP8, blocks kept gathered",
+        f"{DAY}/bench_llama_32blocks_4xh200_keep.json",
+        "ours-fp8native-keep",
+        "ours-bf16-eager-torchadamw",
+        "ours, bf16, eager",
+    ),
+    Pick(
+        f"{LLAMA} width, 6 blocks, bf16, compiled",
+        f"{DAY}/bench_llama_6blocks_constlr.json",
+        "ours-bf16",
+        "hf-bf16",
+        "HF `LlamaForCausalLM`",
+    ),
+    Pick(
+        f"{LLAMA} width, 6 blocks, native FP8",
+        f"{DAY}/bench_llama_6blocks_constlr.json",
+        "ours-fp8native",
+        "hf-bf16",
+        "HF `LlamaForCausalLM`",
+    ),
+    Pick(
+        f"{SUITE}, full depth, bf16",
+        f"{DAY}/bench_throughput_32blocks_4xh200_sixth.json",
+        "llama8b-bf16:ours",
+        "llama8b-bf16:titan",
+        TITAN,
+        readme=True,
+    ),
+    Pick(
+        f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_32blocks_4xh200_fp8_lrwarmup50.json",
+        "llama8b-fp8:ours",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+    ),
+    Pick(
+        f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_32blocks_4xh200_fp8_flash4_lrwarmup50.json",
+        "llama8b-fp8:ours-flash4",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+        readme=True,
+    ),
+    Pick(
+        f"{SUITE}, full depth, FP8, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_32blocks_4xh100_fp8_flash4_lrwarmup50_profile.json",
+        "llama8b-fp8:ours",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+        readme=True,
+    ),
+    Pick(
+        f"{SUITE}, full depth, our step with torchao's float8",
+        f"{DAY}/bench_throughput_32blocks_4xh200_fp8_lrwarmup50.json",
+        "llama8b-fp8:ours-torchao",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+    ),
+    Pick(
+        f"{SUITE}, full depth, FP8, a 10-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_32blocks_4xh200_sixth.json",
+        "llama8b-fp8:ours",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+    ),
+    Pick(
+        f"{SUITE}, full depth, FP8, 2 rows a GPU",
+        f"{DAY}/bench_throughput_32blocks_4xh200_fp8_mbs2.json",
+        "llama8b-fp8:ours",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+    ),
+    Pick(
+        f"{SUITE}, 24 blocks, bf16, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_24blocks_h200_lrwarmup50_profile.json",
+        "llama8b-bf16:ours-flash4",
+        "llama8b-bf16:titan",
+        TITAN,
+    ),
+    Pick(
+        f"{SUITE}, 24 blocks, FP8, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_throughput_24blocks_h200_lrwarmup50_profile.json",
+        "llama8b-fp8:ours-flash4",
+        "llama8b-fp8:titan",
+        f"{TITAN} + torchao",
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, 20 of 80 blocks, bf16, every block recomputed",
+        f"{DAY}/bench_lora_20blocks.json",
+        "ours-bf16-ac",
+        "peft-bf16-ac",
+        PEFT,
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, 20 of 80 blocks, native FP8, every block recomputed",
+        f"{DAY}/bench_lora_20blocks.json",
+        "ours-fp8native-ac",
+        "peft-bf16-ac",
+        PEFT,
+    ),
+    Pick(
+        f"{LORA}, 20 of 80 blocks, native FP8, frozen weights stored in FP8, every block recomputed",
+        f"{DAY}/bench_lora_20blocks.json",
+        "ours-fp8native-fp8w-ac",
+        "peft-bf16-ac",
+        PEFT,
+    ),
+    Pick(
+        f"{LORA}, 20 of 80 blocks, bf16, a new excerpt row each step, constant learning rate",
+        f"{DAY}/bench_lora_20blocks_stream_constlr.json",
+        "ours-bf16-ac",
+        "peft-bf16-ac",
+        PEFT,
+    ),
+    Pick(
+        f"{LORA}, 40 of 80 blocks, native FP8, every block recomputed (the peer's recompute)",
+        f"{DAY}/bench_lora_40blocks_h200_flash4_profile.json",
+        "ours-fp8native-ac",
+        "peft-bf16-ac",
+        PEFT,
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, 40 of 80 blocks, native FP8, every block recomputed",
+        f"{DAY}/bench_lora_40blocks_h200_fp8w.json",
+        "ours-fp8native-ac",
+        "peft-bf16-ac",
+        PEFT,
+    ),
+    Pick(
+        f"{LORA}, 40 of 80 blocks, native FP8, frozen weights stored in FP8 (`FP8_WEIGHTS=1`), every block "
+        "recomputed",
+        f"{DAY}/bench_lora_40blocks_h200_fp8w.json",
+        "ours-fp8native-fp8w-ac",
+        "peft-bf16-ac",
+        PEFT,
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks on ONE GPU, frozen weights stored in FP8, 40 blocks recomputed (ACL 40)",
+        f"{DAY2}/bench_lora_80blocks_1xh200_fp8w_acl_sdpa.json",
+        "ours-fp8native-fp8w-ac40",
+        "ours-fp8native-fp8w-ac",
+        "ours, every block recomputed",
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks on ONE GPU, frozen weights stored in FP8, the kept blocks' SwiGLU inputs in "
+        "FP8 (`FP8_MLP_ACTIVATIONS=1`), 24 blocks recomputed (ACL 24): the one-H200 config's mode",
+        f"{DAY3}/bench_lora_80blocks_1xh200_fp8w_fp8act_sdpa.json",
+        "ours-fp8native-fp8w-fp8act-ac24-sdpa",
+        "ours-fp8native-fp8w-ac40-sdpa",
+        "ours, bf16 SwiGLU inputs, ACL 40",
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks on ONE GPU, as the row above with fast accumulation (`FP8_FAST_ACCUM=1`; "
+        "not shipped: its curve parts from FP8's farther than other dropout seeds)",
+        f"{DAY3}/bench_lora_80blocks_1xh200_fp8w_fp8act_sdpa.json",
+        "ours-fp8native-fp8w-fastaccum-fp8act-ac24-sdpa",
+        "ours-fp8native-fp8w-ac40-sdpa",
+        "ours, bf16 SwiGLU inputs, ACL 40",
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",
+        f"{DAY}/bench_lora_80blocks_4xh200_peft_ac24_flash4.json",
+        "ours-fp8native-ac24",
+        "peft-bf16-ac",
+        f"{PEFT}, FSDP2",
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",
+        f"{DAY}/bench_lora_80blocks_4xh200_peft_ac24.json",
+        "ours-fp8native-ac24",
+        "peft-bf16-ac",
+        f"{PEFT}, FSDP2",
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks, FSDP2, native FP8, every block recomputed, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_lora_80blocks_4xh100_lrwarmup50.json",
+        "ours-fp8native-ac",
+        "peft-bf16-ac",
+        f"{PEFT}, FSDP2",
+        readme=True,
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks, FSDP2, bf16, every block recomputed, a 50-step learning-rate warm-up",
+        f"{DAY}/bench_lora_80blocks_4xh100_lrwarmup50.json",
+        "ours-bf16-ac",
+        "peft-bf16-ac",
+        f"{PEFT}, FSDP2",
+    ),
+    Pick(
+        f"{LORA}, all 80 blocks, FSDP2, native FP8, every block recomputed, the bench's 5-step warm-up",
+        f"{DAY}/bench_lora_80blocks_4xh100_profiled.json",
+        "ours-fp8native-ac",
+        "peft-bf16-ac",
+        f"{PEFT}, FSDP2",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -278,8 +431,10 @@ def cells(r: Row) -> str:
 
 
 def claims_table(rows: list[Row]) -> list[str]:
-    lines = ["| benchmark, mode | ours | peer, same call | ratio | loss parity | machine | source |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| benchmark, mode | ours | peer, same call | ratio | loss parity | machine | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if not r.problem:
             lines.append(f"{cells(r)}| **{r.ratio}** | {r.parity} | {r.machine} | {source_cell(r)} |")
@@ -289,9 +444,13 @@ def claims_table(rows: list[Row]) -> list[str]:
 def render_headline(rows: list[Row]) -> str:
     lines = ["**Claims**: the peer ran in the same call, and the variant's losses track its reference's.", ""]
     lines += claims_table(rows)
-    lines += ["", "**Measured, not claims**: why is the last column; the ratio is shown, not claimed.",
-              "", "| benchmark, mode | ours | peer, same call | ratio | machine | source | why not |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "**Measured, not claims**: why is the last column; the ratio is shown, not claimed.",
+        "",
+        "| benchmark, mode | ours | peer, same call | ratio | machine | source | why not |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r.problem:
             lines.append(f"{cells(r)}| {r.ratio} | {r.machine} | {source_cell(r)} | **{r.problem}** |")
@@ -322,8 +481,10 @@ def curve_label(part: str, record: dict) -> str:
 
 def render_curves(results: Path = RESULTS) -> str:
     """Every variant of every `curve_*.json`: its largest per-step deviation from the reference's curve."""
-    lines = ["| part | reference | variant | max % off | mean % off, last 10 | tolerance | verdict | "
-             "source |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| part | reference | variant | max % off | mean % off, last 10 | tolerance | verdict | source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for path in sorted(results.glob("*/curve_*.json")):
         data = json.loads(path.read_text())
         for part, record in data["parts"].items():
@@ -340,26 +501,36 @@ def render_curves(results: Path = RESULTS) -> str:
                     ok += f"; the lever against `{lever['reference']}`: " + (
                         "ok" if lever["ok"] else "**FAIL**"
                     )
-                tolerance = "other seeds' spread" if v.get("judge") == "seeds" or v.get("seed") else (
-                    f"{100 * v['tolerance']:.0f}%")  # fmt: skip
-                lines.append(f"| {label} | `{reference}` | `{variant}` | {100 * v['max_rel_dev']:.2f} | "
-                             f"{100 * v['mean_rel_dev_last10']:.2f} | {tolerance} | {ok} | "
-                             f"`perf/results/{path.relative_to(results).as_posix()}` |")  # fmt: skip
+                tolerance = (
+                    "other seeds' spread"
+                    if v.get("judge") == "seeds" or v.get("seed")
+                    else (f"{100 * v['tolerance']:.0f}%")
+                )
+                lines.append(
+                    f"| {label} | `{reference}` | `{variant}` | {100 * v['max_rel_dev']:.2f} | "
+                    f"{100 * v['mean_rel_dev_last10']:.2f} | {tolerance} | {ok} | "
+                    f"`perf/results/{path.relative_to(results).as_posix()}` |"
+                )
     return "\n".join(lines)
 
 
 def render_convergence(results: Path = RESULTS) -> str:
     """Every `convergence_*.json`: samples to target per seed, the reference mode against the config's."""
-    lines = ["| benchmark | mode (its variables) | reference: samples to target | mode: samples to target | "
-             "verdict | source |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| benchmark | mode (its variables) | reference: samples to target | mode: samples to target | "
+        "verdict | source |",
+        "|---|---|---|---|---|---|",
+    ]
     for path in sorted(results.glob("*/convergence_*.json")):
         data = json.loads(path.read_text())
         v = data["verdict"]
         mode = " ".join(f"{k}={val}" for k, val in sorted(data["mode"].items()))
         samples = [", ".join(str(s) for s in v[f"{side}_samples"]) for side in ("reference", "mode")]
-        lines.append(f"| {data['benchmark']} | `{mode}` | {samples[0]} | {samples[1]} | "
-                     f"{'PASS' if v['ok'] else '**FAIL**'}: {v['verdict']} | "
-                     f"`perf/results/{path.relative_to(results).as_posix()}` |")  # fmt: skip
+        lines.append(
+            f"| {data['benchmark']} | `{mode}` | {samples[0]} | {samples[1]} | "
+            f"{'PASS' if v['ok'] else '**FAIL**'}: {v['verdict']} | "
+            f"`perf/results/{path.relative_to(results).as_posix()}` |"
+        )
     return "\n".join(lines)
 
 
@@ -367,15 +538,20 @@ def tables(results: Path = RESULTS) -> dict[str, dict[str, str]]:
     """file (relative to the repository) -> table name -> its generated text."""
     rows = headline_rows(results)
     return {
-        "perf/RESULTS.md": {"headline": render_headline(rows), "curves": render_curves(results),
-                            "convergence": render_convergence(results)},
+        "perf/RESULTS.md": {
+            "headline": render_headline(rows),
+            "curves": render_curves(results),
+            "convergence": render_convergence(results),
+        },
         "README.md": {"performance": render_readme(rows)},
-    }  # fmt: skip
+    }
 
 
 def markers(name: str) -> tuple[str, str]:
-    return (f"<!-- perf.report {name}: generated from perf/results/ by `python -m perf.report` -->",
-            f"<!-- perf.report {name}: end -->")  # fmt: skip
+    return (
+        f"<!-- perf.report {name}: generated from perf/results/ by `python -m perf.report` -->",
+        f"<!-- perf.report {name}: end -->",
+    )
 
 
 def splice(text: str, name: str, table: str, where: str) -> str:
@@ -405,8 +581,11 @@ def update(root: Path = ROOT, write: bool = True) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perf.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m perf.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a table differs")
     args = parser.parse_args(argv)
     try:
@@ -415,8 +594,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perf.report: error: {err}", file=sys.stderr)
         return 2
     if args.check and stale:
-        print("perf.report: not what perf/results/ gives (run python -m perf.report): " + "; ".join(stale),
-              file=sys.stderr)  # fmt: skip
+        print(
+            "perf.report: not what perf/results/ gives (run python -m perf.report): " + "; ".join(stale),
+            file=sys.stderr,
+        )
         return 1
     for entry in stale:
         print(f"perf.report: wrote {entry}")

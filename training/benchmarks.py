@@ -73,32 +73,61 @@ BENCHMARKS = {
     b.name: b
     for b in (
         Benchmark(
-            "bert", "BERT-Large phase 2 (packed Wikipedia)", "training.bert", BERT_ROUNDS, 0.720, True,
-            "epoch_num", 10, "input_preprocessing.bert.verify", "input_preprocessing/bert/prepare_data.sh",
+            "bert",
+            "BERT-Large phase 2 (packed Wikipedia)",
+            "training.bert",
+            BERT_ROUNDS,
+            0.720,
+            True,
+            "epoch_num",
+            10,
+            "input_preprocessing.bert.verify",
+            "input_preprocessing/bert/prepare_data.sh",
             prepare_flags="--packed-data",
             sample_flags="--packed-data --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 "
             "--vocab input_preprocessing/bert/sample/bert_uncased_vocab.txt --shards 8 --eval-samples 500 "
             "--max-seq-length 128 --max-predictions-per-seq 20",
         ),
         Benchmark(
-            "llama31_8b", "Llama 3.1 8B pretraining (C4)", "training.llama31_8b", ("5.1.0", "6.0.0", "6.1.0"),
-            3.3, False,
-            "samples_count", 10, "input_preprocessing.llama31_8b.verify",
-            "input_preprocessing/llama31_8b/prepare_data.sh", datadir_in_output="data",
+            "llama31_8b",
+            "Llama 3.1 8B pretraining (C4)",
+            "training.llama31_8b",
+            ("5.1.0", "6.0.0", "6.1.0"),
+            3.3,
+            False,
+            "samples_count",
+            10,
+            "input_preprocessing.llama31_8b.verify",
+            "input_preprocessing/llama31_8b/prepare_data.sh",
+            datadir_in_output="data",
         ),
         Benchmark(
-            "llama2_70b_lora", "Llama 2 70B LoRA fine-tuning (GovReport)", "training.llama2_70b_lora",
-            ("4.0.0", "4.1.0", "5.0.0", "5.1.0", "6.0.0", "6.1.0"), 0.925, False, "samples_count", 10,
+            "llama2_70b_lora",
+            "Llama 2 70B LoRA fine-tuning (GovReport)",
+            "training.llama2_70b_lora",
+            ("4.0.0", "4.1.0", "5.0.0", "5.1.0", "6.0.0", "6.1.0"),
+            0.925,
+            False,
+            "samples_count",
+            10,
             "input_preprocessing.llama2_70b_lora.verify",
-            "input_preprocessing/llama2_70b_lora/prepare_data.sh", sample_flags="--sample --seq-len 256",
+            "input_preprocessing/llama2_70b_lora/prepare_data.sh",
+            sample_flags="--sample --seq-len 256",
         ),
         Benchmark(
-            "flux1", "Flux.1-schnell text-to-image pretraining (CC12M)", "training.flux1", ("6.0.0", "6.1.0"),
-            0.586, False, "samples_count", 10, "input_preprocessing.flux1.verify",
+            "flux1",
+            "Flux.1-schnell text-to-image pretraining (CC12M)",
+            "training.flux1",
+            ("6.0.0", "6.1.0"),
+            0.586,
+            False,
+            "samples_count",
+            10,
+            "input_preprocessing.flux1.verify",
             "input_preprocessing/flux1/prepare_data.sh",
         ),
     )
-}  # fmt: skip
+}
 
 
 def runnable(name: str | None, source: object = "BENCHMARK") -> Benchmark:
@@ -109,8 +138,11 @@ def runnable(name: str | None, source: object = "BENCHMARK") -> Benchmark:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.benchmarks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m training.benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command")
     one = sub.add_parser("get", help="print one field of one benchmark")
     one.add_argument("name")
@@ -124,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         fields = {f.name for f in dataclasses.fields(Benchmark)} | {"entry", "preflight", "ruleset"}
         if args.field not in fields:
-            print(f"training.benchmarks: no field {args.field!r}; fields: {', '.join(sorted(fields))}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"training.benchmarks: no field {args.field!r}; fields: {', '.join(sorted(fields))}",
+                file=sys.stderr,
+            )
             return 2
         print(getattr(bench, args.field))
         return 0

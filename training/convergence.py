@@ -52,17 +52,47 @@ from training.common.files import write_text_atomic
 ROOT = Path(__file__).resolve().parents[1]
 # the variables that choose how a run computes, not what it computes (sizes, batch, schedule, data)
 MODE_VARIABLES = (
-    "PRECISION", "FP8", "FP8_BACKEND", "FP8_RECIPE", "FP8_CASTS", "FP8_WEIGHTS", "FP8_PARAM_GATHER",
-    "COMPILE", "COMPILE_MODE", "ATTENTION", "ACTIVATION_CHECKPOINTING", "ACL", "AC_KEEP_ATTENTION",
-    "LORA_KERNEL", "ADAMW_IMPL", "RESIDUAL_DTYPE", "FP8_ATTENTION", "COMPILE_DIT",
-    "FP4", "FP4_RECIPE", "HEALING_ITER", "HEALING_PRECISION", "WARMUP_RECIPE", "NVTE_MXFP4_USE_HADAMARD",
-    "NVTE_NVFP4_DISABLE_RHT", "NVTE_NVFP4_DISABLE_2D_QUANTIZATION", "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
-)  # fmt: skip
+    "PRECISION",
+    "FP8",
+    "FP8_BACKEND",
+    "FP8_RECIPE",
+    "FP8_CASTS",
+    "FP8_WEIGHTS",
+    "FP8_PARAM_GATHER",
+    "COMPILE",
+    "COMPILE_MODE",
+    "ATTENTION",
+    "ACTIVATION_CHECKPOINTING",
+    "ACL",
+    "AC_KEEP_ATTENTION",
+    "LORA_KERNEL",
+    "ADAMW_IMPL",
+    "RESIDUAL_DTYPE",
+    "FP8_ATTENTION",
+    "COMPILE_DIT",
+    "FP4",
+    "FP4_RECIPE",
+    "HEALING_ITER",
+    "HEALING_PRECISION",
+    "WARMUP_RECIPE",
+    "NVTE_MXFP4_USE_HADAMARD",
+    "NVTE_NVFP4_DISABLE_RHT",
+    "NVTE_NVFP4_DISABLE_2D_QUANTIZATION",
+    "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
+)
 # how a run may end and still count: it learned to the target, or short of it, or diverged
 LEARNING_OUTCOMES = ("converged", "not_converged", "diverged")
-REFERENCE = {"COMPILE": "0", "ATTENTION": "sdpa", "LORA_KERNEL": "pytorch", "ADAMW_IMPL": "torch", "FP4": "0",
-             "FP8_WEIGHTS": "0", "ACTIVATION_CHECKPOINTING": "0", "RESIDUAL_DTYPE": "fp32",
-             "COMPILE_DIT": "0"}  # fmt: skip
+REFERENCE = {
+    "COMPILE": "0",
+    "ATTENTION": "sdpa",
+    "LORA_KERNEL": "pytorch",
+    "ADAMW_IMPL": "torch",
+    "FP4": "0",
+    "FP8_WEIGHTS": "0",
+    "ACTIVATION_CHECKPOINTING": "0",
+    "RESIDUAL_DTYPE": "fp32",
+    "COMPILE_DIT": "0",
+}
 ALPHA = 0.05
 
 
@@ -87,8 +117,11 @@ def config_class(benchmark: benchmarks.Benchmark):
     from training.common.config import RunSettings
 
     module = importlib.import_module(f"{benchmark.package}.config")
-    found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, RunSettings)
-             and v.__module__ == module.__name__]  # fmt: skip
+    found = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, RunSettings) and v.__module__ == module.__name__
+    ]
     return found[0]
 
 
@@ -99,8 +132,9 @@ def sourced(config: Path) -> dict[str, str]:
         raise CheckError(f"{config}: no such config file")
     mark = "\0--sourced--\0"  # between the two listings (printf writes the NULs)
     script = 'env -0; printf "\\0--sourced--\\0"; source "$1" > /dev/null; env -0'
-    done = subprocess.run(["bash", "-c", script, "bash", str(config)], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", script, "bash", str(config)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     if done.returncode != 0:
         raise CheckError(f"{config}: sourcing it failed: {done.stderr.strip()[-300:]}")
 
@@ -139,21 +173,37 @@ def modes(benchmark: benchmarks.Benchmark, config: Path | None, sets: list[str],
     return reference, mode
 
 
-def run_one(benchmark, base: dict[str, str], names: list[str], variables: dict[str, str], mode: str,
-            seed: int, out: Path, datadir: Path) -> Outcome:  # fmt: skip
+def run_one(
+    benchmark,
+    base: dict[str, str],
+    names: list[str],
+    variables: dict[str, str],
+    mode: str,
+    seed: int,
+    out: Path,
+    datadir: Path,
+) -> Outcome:
     """One run of the trainer; its log is `out/<mode>_seed<seed>.log` (never overwritten: a rerun of the
     check writes into a new folder). `names`: the reduced configuration's variables, checked by the
     trainer as a config file's are (CONFIG_VARS)."""
     tag = f"{mode}_seed{seed}"
     log = out / f"{tag}.log"
-    env = {**base, **variables, "SEED": str(seed), "DATADIR": str(datadir), "LOGDIR": str(out),
-           "RUN_TAG": tag, "CONFIG_VARS": " ".join(sorted({*names, *variables}))}  # fmt: skip
+    env = {
+        **base,
+        **variables,
+        "SEED": str(seed),
+        "DATADIR": str(datadir),
+        "LOGDIR": str(out),
+        "RUN_TAG": tag,
+        "CONFIG_VARS": " ".join(sorted({*names, *variables})),
+    }
     if "INDEX_CACHE_DIR" in env:  # one a run: runs at once would write the same index files (`--jobs`)
         env["INDEX_CACHE_DIR"] = str(Path(env["INDEX_CACHE_DIR"]) / tag)
     t0 = time.perf_counter()
     with open(log, "x") as f:
-        done = subprocess.run([sys.executable, "-m", benchmark.entry], stdout=f, stderr=subprocess.STDOUT,
-                              env=env, cwd=ROOT)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", benchmark.entry], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
     seconds = time.perf_counter() - t0
     stopped = out / f"{tag}.outcome.json"
     status = json.loads(stopped.read_text()) if stopped.is_file() else {}
@@ -164,8 +214,9 @@ def run_one(benchmark, base: dict[str, str], names: list[str], variables: dict[s
     run = read_run(log)
     converged = done.returncode == 0 and run.converged
     evals = [(float(meta.get(benchmark.samples_key, math.nan)), value) for meta, value in run.evals]
-    return Outcome(mode, seed, log, converged, run.samples(benchmark.samples_key) if converged else None,
-                   seconds, evals)  # fmt: skip
+    return Outcome(
+        mode, seed, log, converged, run.samples(benchmark.samples_key) if converged else None, seconds, evals
+    )
 
 
 def counted(n: int) -> int:
@@ -208,15 +259,28 @@ def compare(reference: list[Outcome], mode: list[Outcome]) -> dict:
         warnings.simplefilter("ignore", RuntimeWarning)
         p_slower = float(scipy.stats.ttest_ind(got, ref, equal_var=False, alternative="greater").pvalue)
     p_slower = 1.0 if math.isnan(p_slower) else p_slower  # (identical runs on both sides)
-    out.update(reference_mean=ref_mean, reference_std=ref_std, mode_mean=got_mean, mode_std=got_std,
-               rcp_min_mean=min_mean, slower_p=p_slower, ratio=got_mean / ref_mean)  # fmt: skip
+    out.update(
+        reference_mean=ref_mean,
+        reference_std=ref_std,
+        mode_mean=got_mean,
+        mode_std=got_std,
+        rcp_min_mean=min_mean,
+        slower_p=p_slower,
+        ratio=got_mean / ref_mean,
+    )
     failed = len(mode) - len(got)
     if got_mean < min_mean:
-        out.update(ok=False, verdict=f"converges faster than the reference allows ({got_mean:.0f} < "
-                                     f"{min_mean:.0f} samples): an RCP check would fail")  # fmt: skip
+        out.update(
+            ok=False,
+            verdict=f"converges faster than the reference allows ({got_mean:.0f} < "
+            f"{min_mean:.0f} samples): an RCP check would fail",
+        )
     elif p_slower < ALPHA:
-        out.update(ok=False, verdict=f"needs {got_mean / ref_mean - 1:.1%} more samples than the reference "
-                                     f"(p = {p_slower:.3f}): it learns less per sample")  # fmt: skip
+        out.update(
+            ok=False,
+            verdict=f"needs {got_mean / ref_mean - 1:.1%} more samples than the reference "
+            f"(p = {p_slower:.3f}): it learns less per sample",
+        )
     elif failed:
         out.update(ok=False, verdict=f"{failed} of {len(mode)} runs of the mode did not converge")
     else:
@@ -266,29 +330,42 @@ def report(benchmark, reference: dict, mode: dict, outcomes: list[Outcome], verd
     ]
     if "reference_mean" in verdict:
         v = verdict
-        lines.append(f"- olympic mean samples to target: reference {v['reference_mean']:.0f} (std "
-                     f"{v['reference_std']:.0f}), mode {v['mode_mean']:.0f} (std {v['mode_std']:.0f}); RCP "
-                     f"minimum {v['rcp_min_mean']:.0f}")  # fmt: skip
+        lines.append(
+            f"- olympic mean samples to target: reference {v['reference_mean']:.0f} (std "
+            f"{v['reference_std']:.0f}), mode {v['mode_mean']:.0f} (std {v['mode_std']:.0f}); RCP "
+            f"minimum {v['rcp_min_mean']:.0f}"
+        )
     lines += ["", "| mode | seed | samples to target | seconds | log |", "|---|---|---|---|---|"]
     lines += [fmt(o) for o in outcomes]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.convergence", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m training.convergence",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("benchmark", help=", ".join(benchmarks.BENCHMARKS))
     parser.add_argument("--datadir", type=Path, required=True, help="the small default's data (--sample)")
     parser.add_argument("--config", type=Path, help="a config whose mode variables make the mode")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a mode variable")
-    parser.add_argument("--reduce", action="append", default=[], metavar="NAME=VALUE",
-                        help="a variable of the reduced configuration, for both modes")  # fmt: skip
+    parser.add_argument(
+        "--reduce",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable of the reduced configuration, for both modes",
+    )
     parser.add_argument("--seeds", type=int, default=5, help="runs per mode (at least 3; default 5)")
     parser.add_argument(
         "--jobs", type=int, default=1, help="runs at once (toy models leave a GPU mostly idle; default 1)"
     )
-    parser.add_argument("--out", type=Path, help="a new folder for logs and the report (default: "
-                        "results/convergence/<benchmark>_<time>)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="a new folder for logs and the report (default: results/convergence/<benchmark>_<time>)",
+    )
     args = parser.parse_args(argv)
     try:
         benchmark = benchmarks.runnable(args.benchmark, "BENCHMARK")
@@ -325,10 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     base.setdefault("INDEX_CACHE_DIR", str(out / "index_cache"))  # (Llama's data index, not in DATADIR)
     names = [k for k in base_vars if k.isupper() and k != "INDEX_CACHE_DIR"]
     target = float(base_vars.get("TARGET", base_vars.get("TARGET_MLM_ACCURACY", "nan")))
-    print(f"convergence: {benchmark.name}, {args.seeds} seeds x 2 modes on {'a GPU' if gpu else 'the CPU'}; "
-          f"logs in {out}", flush=True)  # fmt: skip
-    runs = [(name, variables, seed) for seed in range(1, args.seeds + 1)
-            for name, variables in (("reference", reference), ("mode", mode))]  # fmt: skip
+    print(
+        f"convergence: {benchmark.name}, {args.seeds} seeds x 2 modes on {'a GPU' if gpu else 'the CPU'}; "
+        f"logs in {out}",
+        flush=True,
+    )
+    runs = [
+        (name, variables, seed)
+        for seed in range(1, args.seeds + 1)
+        for name, variables in (("reference", reference), ("mode", mode))
+    ]
     outcomes = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         pending = [
@@ -353,8 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     verdict = compare(
         [o for o in outcomes if o.mode == "reference"], [o for o in outcomes if o.mode == "mode"]
     )
-    summary = {"benchmark": benchmark.name, "reference": reference, "mode": mode, "verdict": verdict,
-               "runs": [{**vars(o), "log": o.log.name} for o in outcomes]}  # fmt: skip
+    summary = {
+        "benchmark": benchmark.name,
+        "reference": reference,
+        "mode": mode,
+        "verdict": verdict,
+        "runs": [{**vars(o), "log": o.log.name} for o in outcomes],
+    }
     write_text_atomic(out / "convergence.json", json.dumps(summary, indent=2) + "\n")
     write_text_atomic(out / "convergence.md", report(benchmark, reference, mode, outcomes, verdict))
     plot(outcomes, None if math.isnan(target) else target, out / "convergence.png", benchmark.name)

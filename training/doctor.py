@@ -65,8 +65,12 @@ def host() -> list[tuple[str, str]]:
     except OSError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return [("cpu", cpu), ("logical cpus", str(os.cpu_count())), ("memory", f"{memory:.0f} GiB"),
-            ("os", platform.platform())]  # fmt: skip
+    return [
+        ("cpu", cpu),
+        ("logical cpus", str(os.cpu_count())),
+        ("memory", f"{memory:.0f} GiB"),
+        ("os", platform.platform()),
+    ]
 
 
 def privileges() -> str:
@@ -79,8 +83,11 @@ def privileges() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.doctor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m training.doctor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--benchmark", choices=list(benchmarks.BENCHMARKS), help="report this one only")
     parser.add_argument("paths", nargs="*", default=["."], help="folders whose free disk to report")
     args = parser.parse_args(argv)

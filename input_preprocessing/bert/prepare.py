@@ -444,8 +444,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     params = PretrainingParams()
     if args.max_seq_length or args.max_predictions_per_seq:
         if not local:
-            flags.error("--max-seq-length and --max-predictions-per-seq go with local text "
-                         "(MLPerf's data is 512 tokens, 76 predictions)")  # fmt: skip
+            flags.error(
+                "--max-seq-length and --max-predictions-per-seq go with local text "
+                "(MLPerf's data is 512 tokens, 76 predictions)"
+            )
         if args.max_seq_length and not 16 <= args.max_seq_length <= params.max_seq_length:
             flags.error(f"--max-seq-length {args.max_seq_length}: expected 16 to {params.max_seq_length}")
         params = dataclasses.replace(

@@ -47,8 +47,15 @@ CHECKPOINT_FILE = "phase1/model.ckpt-28252.pt"
 # Where the packed training shards are: this toolkit's and AMD's folder, then NVIDIA's (the trainer looks in
 # the same two, training/bert/data.py).
 PACKED_DIRS = ("hdf5/packed_data", "packed_data")
-PACKED_DATASETS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "packed_input_len",
-                   "packed_masked_lm_len", "next_sentence_labels")  # fmt: skip
+PACKED_DATASETS = (
+    "input_ids",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "packed_input_len",
+    "packed_masked_lm_len",
+    "next_sentence_labels",
+)
 EVAL_DATASETS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels")
 # NVIDIA's digest of the 10,000-sample eval set, `part_eval_10k.hdf5` in its MLPerf BERT implementation's
 # input_preprocessing/eval_varlength.chk (v4.0 to v5.1), by its hdf5_md5.py: see `nvidia_hdf5_md5`.
@@ -126,8 +133,13 @@ def describe_file(task: tuple[Path, str]) -> dict:
     """Worker: the manifest entry of one file."""
     root, rel = task
     path = root / rel
-    entry = {"path": rel, "size": path.stat().st_size, "sha256": file_hash(path, "sha256"), "samples": None,
-             KEY: sampled_sha256(path)}  # fmt: skip
+    entry = {
+        "path": rel,
+        "size": path.stat().st_size,
+        "sha256": file_hash(path, "sha256"),
+        "samples": None,
+        KEY: sampled_sha256(path),
+    }
     if _is_hdf5(path):
         samples, sequences, head = _hdf5_summary(path, count_sequences=True)
         entry.update(samples=samples, head_sha256=head)
@@ -208,9 +220,15 @@ def shard_problems(root: Path) -> tuple[list[str], Path | None, int]:
             with h5py.File(shard, "r") as f:
                 missing = [name for name in PACKED_DATASETS if name not in f]
                 lengths = {len(f[name]) for name in PACKED_DATASETS if name in f}
-            trouble = (f"lacks {', '.join(missing)}" if missing else
-                       "datasets of different lengths" if len(lengths) > 1 else
-                       "empty (0 rows)" if lengths == {0} else None)  # fmt: skip
+            trouble = (
+                f"lacks {', '.join(missing)}"
+                if missing
+                else "datasets of different lengths"
+                if len(lengths) > 1
+                else "empty (0 rows)"
+                if lengths == {0}
+                else None
+            )
         except OSError as err:
             trouble = f"unreadable HDF5 ({err})"
         if trouble:
@@ -365,15 +383,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not (args.root / MANIFEST).exists():
         _, folder, shards = shard_problems(args.root)
-        print(f"OK: {args.root} (no {MANIFEST}: laid out as AMD's or NVIDIA's scripts lay it out): {shards} "
-              f"packed shards in {folder.relative_to(args.root)}, the eval set is NVIDIA's by its digest, "
-              f"{CHECKPOINT_FILE} holds MLPerf's BERT")  # fmt: skip
+        print(
+            f"OK: {args.root} (no {MANIFEST}: laid out as AMD's or NVIDIA's scripts lay it out): {shards} "
+            f"packed shards in {folder.relative_to(args.root)}, the eval set is NVIDIA's by its digest, "
+            f"{CHECKPOINT_FILE} holds MLPerf's BERT"
+        )
         return 0
     entries = json.loads((args.root / MANIFEST).read_text())["files"]
     unsampled = sum(KEY not in e for e in entries)
     if unsampled and not args.full:
-        print(f"{args.root}: note: {unsampled} files of {MANIFEST} have no sampled-block checksums (prepared "
-              f"before they were recorded): {SKIPPED}")  # fmt: skip
+        print(
+            f"{args.root}: note: {unsampled} files of {MANIFEST} have no sampled-block checksums (prepared "
+            f"before they were recorded): {SKIPPED}"
+        )
     print(
         f"OK: {len(entries)} files in {args.root} match {MANIFEST} ({'full' if args.full else 'fast'} check)"
     )

@@ -33,8 +33,12 @@ def parser() -> argparse.ArgumentParser:
     add("--one-per-row", action="store_true", help="--sample: one example a row, padded, as GovReport's rows")
     add("--model-revision", default="main", help="the Llama 2 70B revision (default: main)")
     add("--no-disk-check", action="store_true", help="skip the free-space check")
-    add("--base-steps", type=int, default=300,
-        help="--sample: pretraining steps of the tiny base model written to model/ (0: none)")  # fmt: skip
+    add(
+        "--base-steps",
+        type=int,
+        default=300,
+        help="--sample: pretraining steps of the tiny base model written to model/ (0: none)",
+    )
     return flags
 
 

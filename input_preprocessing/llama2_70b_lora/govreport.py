@@ -80,8 +80,14 @@ def convert(parquet: Path, npy: Path, rows: int, seq_length: int) -> dict:
     if bad:
         raise PrepError(f"{parquet}: {len(bad)} rows are not {seq_length} tokens long (first: row {bad[0]})")
     size = layout.save_rows(npy, data)
-    return {"file": npy.name, "rows": rows, "sequences": rows, "size": size, "md5": file_hash(npy),
-            KEY: sampled_sha256(npy)}  # fmt: skip
+    return {
+        "file": npy.name,
+        "rows": rows,
+        "sequences": rows,
+        "size": size,
+        "md5": file_hash(npy),
+        KEY: sampled_sha256(npy),
+    }
 
 
 def prepare(data_dir: Path, download_root: Path, remote: list[hub.RemoteFile], token: str | None) -> dict:

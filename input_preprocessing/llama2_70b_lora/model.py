@@ -84,8 +84,11 @@ def record_written(model_dir: Path, names: list[str], source: str) -> dict:
         meta = {"source": source, "revision": None, "files": {}}
     for name in names:
         path = model_dir / name
-        meta["files"][name] = {"size": path.stat().st_size, "sha256": file_hash(path, "sha256"),
-                               KEY: sampled_sha256(path)}  # fmt: skip
+        meta["files"][name] = {
+            "size": path.stat().st_size,
+            "sha256": file_hash(path, "sha256"),
+            KEY: sampled_sha256(path),
+        }
     write_json_atomic(model_dir / META, meta)
     return meta
 

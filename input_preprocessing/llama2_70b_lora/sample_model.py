@@ -25,8 +25,15 @@ import torch
 from input_preprocessing.common.runtime import PrepError, log
 from input_preprocessing.llama2_70b_lora.model import SAMPLE_SOURCE, record_written
 
-SHAPE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 192, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}  # fmt: skip
+SHAPE = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+}
 
 
 def make_base_model(
@@ -50,10 +57,18 @@ def make_base_model(
     # scored, so that the fine-tuning has something to learn that carries over to held-out articles
     text = torch.tensor(np.stack([np.asarray(r["loss_mask"]) == 0 for r in rows]))
     model_dir.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **SHAPE, "vocab_size": vocab,
-              "max_position_embeddings": seq, "tie_word_embeddings": False, "hidden_act": "silu",
-              "torch_dtype": "float32", "bos_token_id": meta.get("bos_id"),
-              "eos_token_id": meta.get("eos_id")}  # fmt: skip
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **SHAPE,
+        "vocab_size": vocab,
+        "max_position_embeddings": seq,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "torch_dtype": "float32",
+        "bos_token_id": meta.get("bos_id"),
+        "eos_token_id": meta.get("eos_id"),
+    }
     (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     torch.manual_seed(seed)
     model = Llama(shape_from_hf_config(model_dir))  # the shape the trainer will read
@@ -79,8 +94,15 @@ def make_base_model(
     tensors = {hf_name(name): t.detach().contiguous() for name, t in model.state_dict().items()}
     save_file(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
     seconds = round(time.perf_counter() - start, 1)
-    done = {"steps": steps, "batch": batch, "seq_length": seq, "first_loss": losses[0],
-            "last_loss": losses[-1], "seconds": seconds, "seed": seed}  # fmt: skip
+    done = {
+        "steps": steps,
+        "batch": batch,
+        "seq_length": seq,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "seconds": seconds,
+        "seed": seed,
+    }
     (model_dir / "base_model.json").write_text(json.dumps(done, indent=2) + "\n")
     # what the trainer reads, recorded as downloads are: the preflight names a damaged file
     record_written(model_dir, ["config.json", "model.safetensors"], SAMPLE_SOURCE)

@@ -199,13 +199,19 @@ def tensor_problems(model_dir: Path, found: dict, expected: dict[str, tuple[int,
     problems = []
     missing = [name for name in expected if name not in found]
     if missing:
-        problems.append(f"{model_dir}: the checkpoint lacks {len(missing)} tensor(s) that its config.json's "
-                        f"Llama has (first: {missing[0]}); loading it would fail")  # fmt: skip
-    wrong = [(name, found[name], shape) for name, shape in expected.items()
-             if name in found and found[name][0] != shape]  # fmt: skip
+        problems.append(
+            f"{model_dir}: the checkpoint lacks {len(missing)} tensor(s) that its config.json's "
+            f"Llama has (first: {missing[0]}); loading it would fail"
+        )
+    wrong = [
+        (name, found[name], shape)
+        for name, shape in expected.items()
+        if name in found and found[name][0] != shape
+    ]
     for name, (shape, file), want in wrong[:MAX_ROW_PROBLEMS]:
-        problems.append(f"{model_dir / file}: {name} has shape {list(shape)}, its config.json's Llama needs "
-                        f"{list(want)}")  # fmt: skip
+        problems.append(
+            f"{model_dir / file}: {name} has shape {list(shape)}, its config.json's Llama needs {list(want)}"
+        )
     if len(wrong) > MAX_ROW_PROBLEMS:
         problems.append(f"{model_dir}: {len(wrong) - MAX_ROW_PROBLEMS} more tensors of another shape")
     return problems
@@ -232,8 +238,10 @@ def check_recorded(model_dir: Path, full: bool) -> dict[str, str]:
             and (full or rec["size"] <= WHOLE_HASH_MAX)
             and file_hash(path, "sha256") != rec["sha256"]
         ):
-            problems[name] = (f"{path}: checksum mismatch: sha256 differs from the one recorded when it was "
-                              f"{how} (modified in place or corrupt)")  # fmt: skip
+            problems[name] = (
+                f"{path}: checksum mismatch: sha256 differs from the one recorded when it was "
+                f"{how} (modified in place or corrupt)"
+            )
     return problems
 
 
@@ -325,8 +333,10 @@ def verify(datadir: Path, full: bool = False, model_folder: Path | None = None) 
     if not data_dir.is_dir():
         return [f"missing: {data_dir} (DATADIR holds data/ and model/, or the rows with MODEL set)"]
     if data_dir == datadir and model_folder is None and not model_dir.is_dir():
-        return [f"{datadir} holds the rows themselves (NVIDIA's gov_report/): set MODEL to the Hugging Face "
-                "checkpoint's folder, or make DATADIR the folder holding data/ and model/"]  # fmt: skip
+        return [
+            f"{datadir} holds the rows themselves (NVIDIA's gov_report/): set MODEL to the Hugging Face "
+            "checkpoint's folder, or make DATADIR the folder holding data/ and model/"
+        ]
     try:
         meta = layout.read_meta(data_dir) or mlperf_meta()
     except ValueError as err:
@@ -361,9 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         "--preflight", action="store_true", help="as the benchmark's preflight runs it (fast)"
     )
     parser.add_argument(
-        "--model", type=Path, default=os.environ.get("MODEL") or None,
+        "--model",
+        type=Path,
+        default=os.environ.get("MODEL") or None,
         help="the Hugging Face checkpoint's folder (default: $MODEL, else DATADIR/model)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     problems = verify(args.datadir, args.full, args.model)
     for problem in problems:

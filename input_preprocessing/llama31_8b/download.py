@@ -47,9 +47,13 @@ def downloads(environ=os.environ) -> list[tuple[str, str, int, str]]:
     """(folder under OUTPUTDIR, metadata URL, bytes if the bucket does not say, what that figure is)."""
     return [
         ("data", environ.get("DATASET_URI") or DATASET_URI, C4_BYTES, "NVIDIA's expected-mounts-8b.csv"),
-        ("model", environ.get("TOKENIZER_URI") or TOKENIZER_URI, TOKENIZER_DATASET_BYTES,
-         "an estimate: the tokenizer and the 8B weights twice"),
-    ]  # fmt: skip
+        (
+            "model",
+            environ.get("TOKENIZER_URI") or TOKENIZER_URI,
+            TOKENIZER_DATASET_BYTES,
+            "an estimate: the tokenizer and the 8B weights twice",
+        ),
+    ]
 
 
 def check_disk(outputdir: Path, environ=os.environ) -> None:

@@ -118,9 +118,13 @@ def memory_line(run: dict) -> str | None:
             held += f", {allocated[i]:.3g} GiB allocated"
         parts.append(f"as the backward reached {where}: {held}")
     if run.get("first_step_peak_gib"):
-        parts.append(f"the first step's peak {run['first_step_peak_gib']:.3g} GiB, the later steps' "
-                     f"{run['peak_gib']:.3g}")  # fmt: skip
+        parts.append(
+            f"the first step's peak {run['first_step_peak_gib']:.3g} GiB, the later steps' "
+            f"{run['peak_gib']:.3g}"
+        )
     if peak := run.get("peak_between"):
-        parts.append(f"the forward's peak {run['forward_peak_gib']:.3g} GiB; the step's "
-                     f"{peak['gib']:.3g} GiB, between '{peak['from']}' and '{peak['to']}'")  # fmt: skip
+        parts.append(
+            f"the forward's peak {run['forward_peak_gib']:.3g} GiB; the step's "
+            f"{peak['gib']:.3g} GiB, between '{peak['from']}' and '{peak['to']}'"
+        )
     return "; ".join(parts)

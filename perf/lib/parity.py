@@ -77,10 +77,17 @@ def repeated_steps(reference: list[float], twin: list[float]) -> int:
     return min(len(reference), len(twin))
 
 
-def verdict(losses: list[float], reference: list[float] | None, uniform: float, kind: str = "bf16",
-            reference_name: str = "reference", twin: list[float] | None = None,
-            from_step: int = 0, control: list[float] | None = None,
-            noise: list[float] | None = None) -> dict:  # fmt: skip
+def verdict(
+    losses: list[float],
+    reference: list[float] | None,
+    uniform: float,
+    kind: str = "bf16",
+    reference_name: str = "reference",
+    twin: list[float] | None = None,
+    from_step: int = 0,
+    control: list[float] | None = None,
+    noise: list[float] | None = None,
+) -> dict:
     """The parity record of a variant's per-step losses against its reference's (None: this is the reference,
     or none ran; the degenerate check still applies). `uniform`: the loss of uniform logits (ln(vocabulary);
     BERT adds ln 2 for next-sentence prediction). `twin`: a second run of the reference; only the steps the
@@ -105,18 +112,25 @@ def verdict(losses: list[float], reference: list[float] | None, uniform: float, 
         repeated = repeated_steps(reference, twin)
         out["repeated_steps"] = repeated
         if repeated < min(n, MIN_STEPS):
-            return {**out, "undetermined": True, "verdict": (
-                f"undetermined: the reference's two runs part by more than {TWIN:.0%} at step {repeated}"
-            )}  # fmt: skip
+            return {
+                **out,
+                "undetermined": True,
+                "verdict": (
+                    f"undetermined: the reference's two runs part by more than {TWIN:.0%} at step {repeated}"
+                ),
+            }
         n = min(n, repeated)
     deviations = [abs(a - b) / abs(b) for a, b in zip(losses[:n], reference[:n])]
     chaos = [0.0] * n  # the control's distance from the reference, step by step
     if control is not None:
         n = min(n, len(control))
-        chaos = [abs(c - b) / abs(b) if math.isfinite(c) else math.inf
-                 for c, b in zip(control[:n], reference)]  # fmt: skip
-        out.update(control_max_rel_dev=max(chaos[from_step:n], default=0.0),
-                   chaotic_steps=sum(c > TOLERANCE["bf16"] for c in chaos[from_step:n]))  # fmt: skip
+        chaos = [
+            abs(c - b) / abs(b) if math.isfinite(c) else math.inf for c, b in zip(control[:n], reference)
+        ]
+        out.update(
+            control_max_rel_dev=max(chaos[from_step:n], default=0.0),
+            chaotic_steps=sum(c > TOLERANCE["bf16"] for c in chaos[from_step:n]),
+        )
     allowed = [tol] * n
     if noise is not None:
         n = min(n, len(noise))
@@ -136,8 +150,12 @@ def verdict(losses: list[float], reference: list[float] | None, uniform: float, 
                 f"seeds part by {noise[worst]:.2%} (bf16 resolves {RESOLUTION:.2%})",
             }
         beside = f" where the control is {chaos[worst]:.1%} off" if control is not None else ""
-        return {**out, "verdict": f"off by {deviations[worst]:.1%} at step {worst}{beside} (> {tol:.0%}"
-                                  + (" + the control's" if control is not None else "") + ")"}  # fmt: skip
+        return {
+            **out,
+            "verdict": f"off by {deviations[worst]:.1%} at step {worst}{beside} (> {tol:.0%}"
+            + (" + the control's" if control is not None else "")
+            + ")",
+        }
     fell, ref_fell = losses[0] - losses[n - 1], reference[0] - reference[n - 1]
     if ref_fell > 0.5 * tol * reference[0] and fell < 0.5 * ref_fell:
         return {
@@ -173,9 +191,12 @@ def ratio_cell(ratio: float | None, record: dict | None) -> str:
 
 
 def check_all(
-    runs: dict[str, dict], reference: str, uniform: float, skip: dict[str, str] | None = None,
+    runs: dict[str, dict],
+    reference: str,
+    uniform: float,
+    skip: dict[str, str] | None = None,
     twin: list[float] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Add `parity` to every run that recorded `losses` (the reference's own record checks only that it is
     not degenerate); runs named in `skip` get its reason instead (another model or other batches). Without
     the reference's losses the others are checked for degeneracy alone and say so. `twin`: a second run of
@@ -204,8 +225,10 @@ def noise_band(reference: list[float], seeds: list[list[float]], window: int = S
     dropout seed (`seeds`: their curves), over the steps within `window` of it: the spread of equally valid
     runs, which a variant's distance is judged against."""
     n = min(len(reference), *(len(s) for s in seeds))
-    spread = [max(abs(s[i] - reference[i]) / abs(reference[i]) if math.isfinite(s[i]) else math.inf
-                  for s in seeds) for i in range(n)]  # fmt: skip
+    spread = [
+        max(abs(s[i] - reference[i]) / abs(reference[i]) if math.isfinite(s[i]) else math.inf for s in seeds)
+        for i in range(n)
+    ]
     return [max(spread[max(0, i - window) : i + window + 1]) for i in range(n)]
 
 
@@ -265,20 +288,35 @@ def curve_verdicts(
         kind = kind_of(name, None if asked is None else {"fp8_matmuls": fp8})
         start = fp8_from if kind == "fp8" else 0
         against = None if name in (reference, *seeds) else ref
-        record = verdict(losses, against, uniform, kind, reference, from_step=start,
-                         control=None if name in (reference, control) else beside,
-                         noise=None if name in seeds else noise)  # fmt: skip
+        record = verdict(
+            losses,
+            against,
+            uniform,
+            kind,
+            reference,
+            from_step=start,
+            control=None if name in (reference, control) else beside,
+            noise=None if name in seeds else noise,
+        )
         deviations = [abs(a - b) / abs(b) for a, b in zip(losses, ref)]
         if name in seeds:
-            record.update(seed=True, max_rel_dev=max(deviations[start:], default=0.0),
-                          verdict="noise: the reference's model with another dropout seed")  # fmt: skip
+            record.update(
+                seed=True,
+                max_rel_dev=max(deviations[start:], default=0.0),
+                verdict="noise: the reference's model with another dropout seed",
+            )
         ran = {k: v for k, v in settings.items() if k in curves and k not in seeds}
         judged = noise is not None and name not in seeds and name in ran
         base = lever_base(name, ran) if judged else None
         if base:  # the lever alone: what it changes of the mode it is added to, against the same noise
             record["lever"] = verdict(losses, curves[base], uniform, kind, base, from_step=start, noise=noise)
-        out[name] = {**record, "max_rel_dev": record.get("max_rel_dev", 0.0), "from_step": start,
-                     "mean_rel_dev_last10": sum(deviations[-10:]) / len(deviations[-10:]),
-                     "first": losses[0], "last": losses[-1],
-                     "degenerate": abs(losses[0] - uniform) < UNIFORM}  # fmt: skip
+        out[name] = {
+            **record,
+            "max_rel_dev": record.get("max_rel_dev", 0.0),
+            "from_step": start,
+            "mean_rel_dev_last10": sum(deviations[-10:]) / len(deviations[-10:]),
+            "first": losses[0],
+            "last": losses[-1],
+            "degenerate": abs(losses[0] - uniform) < UNIFORM,
+        }
     return out

@@ -80,8 +80,9 @@ def peft_lora(shape: LlamaShape, device: torch.device, mesh, recompute: bool) ->
     model = hf_llama(shape)
     with torch.device("meta"):
         model = model.to(dtype)
-        lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, bias="none",
-                               target_modules=LORA_TARGETS)  # fmt: skip
+        lora = peft.LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.1, bias="none", target_modules=LORA_TARGETS
+        )
         model = peft.get_peft_model(model, lora)
     if recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -146,8 +147,15 @@ def peft_fused_like(ours: torch.nn.Module, shape: LlamaShape, device: torch.devi
     return model
 
 
-def hf_step(model, optimizer, clip: float, autocast=None, fp8: Fp8 | None = None, sync_each: bool = False,
-            mean_over_ranks: bool = False):  # fmt: skip
+def hf_step(
+    model,
+    optimizer,
+    clip: float,
+    autocast=None,
+    fp8: Fp8 | None = None,
+    sync_each: bool = False,
+    mean_over_ranks: bool = False,
+):
     """One optimizer step of a Hugging Face model as its user writes it: `step(micro_batches, lr)` runs each
     (tokens, labels) micro-batch's forward (in `autocast` and FP8's context) and the float32 cross-entropy,
     its backward (the gradients averaged over the micro-batches; FSDP2 reduce-scatters after the last, or
@@ -192,8 +200,12 @@ def hf_bert_step(hf, optimizer, seq: int, autocast, device):
         labels = torch.full((n * seq,), -100, dtype=torch.long, device=device)
         labels[b.mlm_index.to(device)] = b.mlm_labels.to(device)
         with autocast:
-            out = hf(input_ids=b.input_ids.to(device), token_type_ids=b.segment_ids.to(device),
-                     labels=labels.view(n, seq), next_sentence_label=b.nsp_labels.to(device))  # fmt: skip
+            out = hf(
+                input_ids=b.input_ids.to(device),
+                token_type_ids=b.segment_ids.to(device),
+                labels=labels.view(n, seq),
+                next_sentence_label=b.nsp_labels.to(device),
+            )
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

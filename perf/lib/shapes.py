@@ -16,7 +16,13 @@ def tiny(family: LlamaShape, vocab: int, seq: int) -> LlamaShape:
     t = PRESETS["tiny"]
     window = family.sliding_window and min(family.sliding_window, seq // 2)
     return dataclasses.replace(
-        family, num_layers=t.num_layers, hidden_size=t.hidden_size, ffn_hidden_size=t.ffn_hidden_size,
-        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads, vocab_size=vocab, max_seq_length=seq,
+        family,
+        num_layers=t.num_layers,
+        hidden_size=t.hidden_size,
+        ffn_hidden_size=t.ffn_hidden_size,
+        num_heads=t.num_heads,
+        num_kv_heads=t.num_kv_heads,
+        vocab_size=vocab,
+        max_seq_length=seq,
         sliding_window=window,
-    )  # fmt: skip
+    )

@@ -52,8 +52,14 @@ def step_record(first_step_s: float, first_peak: float, peak: float, losses) -> 
     """What a bench records of a variant's steps beside its speed: the first step's time and peak apart (it
     compiles; native FP8 calibrates first), the later steps' peak, and every step's loss, from the first."""
     losses = [float(x) for x in losses]
-    return {"peak_gib": float(peak), "first_step_peak_gib": float(first_peak), "first_step_s": first_step_s,
-            "first_loss": losses[0], "last_loss": losses[-1], "losses": losses}  # fmt: skip
+    return {
+        "peak_gib": float(peak),
+        "first_step_peak_gib": float(first_peak),
+        "first_step_s": first_step_s,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "losses": losses,
+    }
 
 
 def matmul_peak(device: torch.device) -> float | None:

@@ -43,10 +43,32 @@ LAUNCHER_VARS = frozenset(
 # Prefixes of variables read by the libraries underneath (NCCL, ROCm, CUDA, PyTorch, OpenMP, SLURM ...); one
 # of these names that is close to a known variable is still taken for a typo of it.
 PASSTHROUGH_PREFIXES = (
-    "NCCL_", "RCCL_", "HIP_", "HSA_", "ROCM_", "ROCBLAS_", "MIOPEN_", "AMD_", "GPU_", "CUDA_", "CUBLAS",
-    "CUDNN_", "NVTE_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "OMP_", "MKL_", "UCX_", "GLOO_",
-    "SBATCH_", "SLURM_", "PYTHON", "TE_",
-)  # fmt: skip
+    "NCCL_",
+    "RCCL_",
+    "HIP_",
+    "HSA_",
+    "ROCM_",
+    "ROCBLAS_",
+    "MIOPEN_",
+    "AMD_",
+    "GPU_",
+    "CUDA_",
+    "CUBLAS",
+    "CUDNN_",
+    "NVTE_",
+    "TORCH_",
+    "PYTORCH_",
+    "TORCHINDUCTOR_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+    "UCX_",
+    "GLOO_",
+    "SBATCH_",
+    "SLURM_",
+    "PYTHON",
+    "TE_",
+)
 
 
 class ConfigError(ValueError):
@@ -204,8 +226,10 @@ class RunSettings:
 
     def shared_problems(self) -> list[str]:
         """The checks of the shared variables and the range of every number, each naming its variable."""
-        bounds = [bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])
-                  for f in variables(self)]  # fmt: skip
+        bounds = [
+            bound_problem(given_name(f.metadata["env"]), getattr(self, f.name), f.metadata["bounds"])
+            for f in variables(self)
+        ]
         problems = [problem for problem in bounds if problem]
         for name, value, choices in (
             ("PRECISION", self.precision, self.PRECISIONS),
@@ -238,11 +262,16 @@ class RunSettings:
             batch = getattr(self, env_fields(type(self))[self.BATCH_VAR])
             values = {"DGXNNODES": self.num_nodes, "DGXNGPU": self.gpus_per_node, self.BATCH_VAR: batch}
             said = dict(zip(values, map(int, name.groups())))
-            problems += [f"DGXSYSTEM={self.system} says {var}={said[var]}, but the config sets {var}={have}"
-                         for var, have in values.items() if said[var] != have]  # fmt: skip
+            problems += [
+                f"DGXSYSTEM={self.system} says {var}={said[var]}, but the config sets {var}={have}"
+                for var, have in values.items()
+                if said[var] != have
+            ]
         if world_size is not None and world_size != self.world_size():
-            problems.append(f"DGXNNODES={self.num_nodes} x DGXNGPU={self.gpus_per_node} = "
-                            f"{self.world_size()} ranks, but the launcher starts {world_size}")  # fmt: skip
+            problems.append(
+                f"DGXNNODES={self.num_nodes} x DGXNGPU={self.gpus_per_node} = "
+                f"{self.world_size()} ranks, but the launcher starts {world_size}"
+            )
         return problems
 
 
@@ -282,8 +311,9 @@ def config_from_environment(cls, doc: str, argv: list[str] | None = None):
         print(f"{doc.strip()}\n\nVariables (read from the environment):\n{describe(cls)}")
         raise SystemExit(0)
     if argv:
-        raise ConfigError(f"unexpected arguments {' '.join(argv)}: settings come from the environment "
-                          "(see --help)")  # fmt: skip
+        raise ConfigError(
+            f"unexpected arguments {' '.join(argv)}: settings come from the environment (see --help)"
+        )
     return from_env(cls, os.environ, os.environ.get("CONFIG_VARS", "").split())
 
 
@@ -391,8 +421,12 @@ def write_effective_config(cfg, path: Path, extra: dict | None = None) -> None:
     """Write the effective config (and `extra`: derived values, versions, backends) as JSON, with the commit
     of the code and the accelerator that ran it (the submission package's system description reads them),
     and the vendor names the config gave: those honored and what they set, those not applicable here."""
-    record = {"config": to_env_dict(cfg), "git_commit": git_commit(),
-              "accelerator": backends.accelerator_name(), **(extra or {})}  # fmt: skip
+    record = {
+        "config": to_env_dict(cfg),
+        "git_commit": git_commit(),
+        "accelerator": backends.accelerator_name(),
+        **(extra or {}),
+    }
     if getattr(cfg, "vendor_names", None):
         record["vendor_names"] = cfg.vendor_names
     path.parent.mkdir(parents=True, exist_ok=True)

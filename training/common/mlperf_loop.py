@@ -148,8 +148,10 @@ class MLPerfRun:
             _Blocks(log, eval_counters) if self.benchmark.samples_key == "samples_count" else _OneBlock(log)
         )
         # the console's "left to the sample limit": the step limit, not the LR schedule's horizon
-        self.say(f"{self.prog}: {SAMPLE_LIMIT} {schedule.max_steps * schedule.global_batch} "
-                 f"({schedule.max_steps} steps of {schedule.global_batch} samples)")  # fmt: skip
+        self.say(
+            f"{self.prog}: {SAMPLE_LIMIT} {schedule.max_steps * schedule.global_batch} "
+            f"({schedule.max_steps} steps of {schedule.global_batch} samples)"
+        )
         dist.barrier()
         log.end(constants.INIT_STOP)
         log.start(constants.RUN_START)
@@ -172,8 +174,10 @@ class MLPerfRun:
                     break
                 if shown:
                     norm = "" if result.grad_norm is None else f" grad_norm {result.grad_norm.item():.4f}"
-                    self.say(f"step {step} samples {samples} loss {result.loss.item():.4f} lr {result.lr:.3e}"
-                             + norm)  # fmt: skip
+                    self.say(
+                        f"step {step} samples {samples} loss {result.loss.item():.4f} lr {result.lr:.3e}"
+                        + norm
+                    )
             if step not in schedule.evals:
                 continue
             if info.device.type == "cuda":
@@ -199,8 +203,11 @@ class MLPerfRun:
         if constants.EVAL_SAMPLES not in log.logged and eval_samples is not None:
             log.event(constants.EVAL_SAMPLES, eval_samples)
         log.end(constants.RUN_STOP, metadata={**blocks.counted(samples), "status": status})
-        reached = f"{metric} {score:.4f} (target {target})" if score is not None else (
-            f"no evaluation ran (target {metric} {target})")  # fmt: skip
+        reached = (
+            f"{metric} {score:.4f} (target {target})"
+            if score is not None
+            else (f"no evaluation ran (target {metric} {target})")
+        )
         progress = f"{reached} after {samples} samples"
         end = outcome.ended(status == constants.SUCCESS, progress, diverged)  # before the teardown
         if line := peak_memory_line(info.device):  # (after run_stop: outside the timed run)

@@ -168,8 +168,9 @@ def run(main: Callable[[], Outcome], prog: str) -> NoReturn:
     except BaseException as err:  # noqa: BLE001 - every ending is classified and written
         outcome, raised = classify(err), True
         if outcome.status == "interrupted" and _run_end is not None:  # the teardown was stopped, not the run
-            print(f"{prog}: {outcome.detail} in the teardown, after the run's end", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(
+                f"{prog}: {outcome.detail} in the teardown, after the run's end", file=sys.stderr, flush=True
+            )
             outcome, raised = _run_end, False
         else:
             if outcome.status == "crashed":
@@ -214,8 +215,11 @@ def read(log: Path) -> Outcome | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.common.outcome", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m training.common.outcome",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("log", type=Path, help="the run's log, LOGDIR/<RUN_TAG>.log")
     args = parser.parse_args(argv)
     try:

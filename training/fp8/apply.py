@@ -291,9 +291,12 @@ def _apply_native(model: nn.Module, settings: Fp8Settings) -> Fp8:
     triton, casts_chosen = casts.choose_casts(settings.casts)
     # most_recent needs no history: the last step's amax is the one each cast keeps anyway
     history = settings.amax_history if settings.amax_algo == "max" and settings.amax_history > 1 else 0
-    swapped = _swap_linears(model, lambda child: Fp8Linear.from_linear(child, triton, history,
-                                                                       settings.fast_accum),
-                            settings.block_prefixes, settings.skip_names)  # fmt: skip
+    swapped = _swap_linears(
+        model,
+        lambda child: Fp8Linear.from_linear(child, triton, history, settings.fast_accum),
+        settings.block_prefixes,
+        settings.skip_names,
+    )
     linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
     parts = [
         f"native FP8 (delayed scaling, e4m3 x e4m3, e5m2 gradients, {amax_description(settings)}, casts in "
@@ -327,8 +330,9 @@ def _apply_te(model: nn.Module, settings: Fp8Settings) -> Fp8:
         return new
 
     swapped = _swap_linears(model, te_linear, settings.block_prefixes, settings.skip_names)
-    recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=settings.amax_history,
-                            amax_compute_algo=settings.amax_algo)  # fmt: skip
+    recipe = DelayedScaling(
+        fp8_format=Format.HYBRID, amax_history_len=settings.amax_history, amax_compute_algo=settings.amax_algo
+    )
     return Fp8(
         "te",
         f"transformer_engine delayed scaling HYBRID, amax history {settings.amax_history} "

@@ -47,18 +47,31 @@ class _Fp8GatheredWeight(torch.Tensor):
     # ops whose results stay this subclass (FSDP2's sharding, padding and `to_empty`; nn.Parameter's detach);
     # any other op computes on the plain data and returns plain tensors
     _KEEP = {
-        torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.empty_like.default,
-        torch.ops.aten.new_zeros.default, torch.ops.aten.new_empty.default, torch.ops.aten.slice.Tensor,
-        torch.ops.aten.split.Tensor, torch.ops.aten.view.default, torch.ops.aten.as_strided.default,
-        torch.ops.aten.copy_.default, torch.ops.aten.clone.default, torch.ops.aten._to_copy.default,
-    }  # fmt: skip
+        torch.ops.aten.detach.default,
+        torch.ops.aten.alias.default,
+        torch.ops.aten.empty_like.default,
+        torch.ops.aten.new_zeros.default,
+        torch.ops.aten.new_empty.default,
+        torch.ops.aten.slice.Tensor,
+        torch.ops.aten.split.Tensor,
+        torch.ops.aten.view.default,
+        torch.ops.aten.as_strided.default,
+        torch.ops.aten.copy_.default,
+        torch.ops.aten.clone.default,
+        torch.ops.aten._to_copy.default,
+    }
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, triton: bool = False):
         return torch.Tensor._make_wrapper_subclass(
-            cls, data.shape, strides=data.stride(), storage_offset=data.storage_offset(), dtype=data.dtype,
-            device=data.device, requires_grad=data.requires_grad,
-        )  # fmt: skip
+            cls,
+            data.shape,
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            dtype=data.dtype,
+            device=data.device,
+            requires_grad=data.requires_grad,
+        )
 
     def __init__(self, data: torch.Tensor, triton: bool = False):
         self._data, self._triton = data, triton
@@ -176,8 +189,11 @@ def precompute_weight_scales(model: nn.Module) -> None:
     shards = list(map(local_data, weights))
     # a write through the parameter moves its own counter, one to the plain shard that shard's (not both)
     seen = [(s.data_ptr(), w._version, s._version) for w, s in zip(weights, shards)]
-    stale = [i for i, (m, w) in enumerate(zip(modules, weights))
-             if w.requires_grad or getattr(m, "w_amax_of", None) != seen[i]]  # fmt: skip
+    stale = [
+        i
+        for i, (m, w) in enumerate(zip(modules, weights))
+        if w.requires_grad or getattr(m, "w_amax_of", None) != seen[i]
+    ]
     if stale:
         # (a rank's shard may be empty, which has no infinity norm: a 0 stands in)
         parts = [shards[i] if shards[i].numel() else shards[i].new_zeros(1) for i in stale]
@@ -215,8 +231,9 @@ def store_shards_in_fp8(model: nn.Module) -> int:
             continue
         codes = cast(local_data(w), module.w_scale, torch.float8_e4m3fn)
         local = _Fp8GatheredWeight(codes, module.triton)
-        sharded = DTensor.from_local(local, w.device_mesh, w.placements, run_check=False, shape=w.shape,
-                                     stride=w.stride())  # fmt: skip
+        sharded = DTensor.from_local(
+            local, w.device_mesh, w.placements, run_check=False, shape=w.shape, stride=w.stride()
+        )
         module.weight = nn.Parameter(sharded, requires_grad=False)
         stored += 1
     return stored

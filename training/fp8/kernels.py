@@ -27,9 +27,19 @@ from torch.library import triton_op, wrap_triton
 
 @triton.jit
 def _cast_transpose_kernel(
-    x_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr, TRANS: tl.constexpr = True
-):  # fmt: skip
+    x_ptr,
+    scale_ptr,
+    y_ptr,
+    yt_ptr,
+    amax_ptr,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    AMAX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    TRANS: tl.constexpr = True,
+):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -53,9 +63,19 @@ def _cast_transpose_kernel(
 
 @triton.jit
 def _store_fp8(
-    v, scale_ptr, y_ptr, yt_ptr, amax_ptr, rm, rn, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
-    TRANS: tl.constexpr
-):  # fmt: skip
+    v,
+    scale_ptr,
+    y_ptr,
+    yt_ptr,
+    amax_ptr,
+    rm,
+    rn,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    AMAX: tl.constexpr,
+    TRANS: tl.constexpr,
+):
     """The float32 tile v (rows rm, columns rn of an M x N matrix) scaled, cast and stored row-major into y
     and, with TRANS, transposed into yt; with AMAX, its max |v| into amax (v is 0 outside the matrix)."""
     y = tl.clamp(v * tl.load(scale_ptr), -FMAX, FMAX).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
@@ -83,9 +103,20 @@ def _bf16(v):
 
 @triton.jit
 def _swiglu_kernel(
-    g_ptr, u_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr
-):  # fmt: skip
+    g_ptr,
+    u_ptr,
+    scale_ptr,
+    y_ptr,
+    yt_ptr,
+    amax_ptr,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    AMAX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    TRANS: tl.constexpr,
+):
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -95,10 +126,27 @@ def _swiglu_kernel(
 
 @triton.jit
 def _swiglu_backward_kernel(
-    dh_ptr, g_ptr, u_ptr, g_scale_ptr, u_scale_ptr, dg_ptr, dgt_ptr, du_ptr, dut_ptr, g_amax_ptr, u_amax_ptr,
-    g_inv_ptr, u_inv_ptr, M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TRANS: tl.constexpr,
-    PACKED: tl.constexpr = False
-):  # fmt: skip
+    dh_ptr,
+    g_ptr,
+    u_ptr,
+    g_scale_ptr,
+    u_scale_ptr,
+    dg_ptr,
+    dgt_ptr,
+    du_ptr,
+    dut_ptr,
+    g_amax_ptr,
+    u_amax_ptr,
+    g_inv_ptr,
+    u_inv_ptr,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    TRANS: tl.constexpr,
+    PACKED: tl.constexpr = False,
+):
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -116,9 +164,18 @@ def _swiglu_backward_kernel(
 
 @triton.jit
 def _gelu_kernel(
-    a_ptr, scale_ptr, y_ptr, yt_ptr, amax_ptr, M, N, FMAX: tl.constexpr, AMAX: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr
-):  # fmt: skip
+    a_ptr,
+    scale_ptr,
+    y_ptr,
+    yt_ptr,
+    amax_ptr,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    AMAX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = _bf16(a * 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476)))  # F.gelu(a) in bf16
@@ -127,9 +184,19 @@ def _gelu_kernel(
 
 @triton.jit
 def _gelu_backward_kernel(
-    dh_ptr, a_ptr, scale_ptr, da_ptr, dat_ptr, amax_ptr, colsum_ptr, M, N, FMAX: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr
-):  # fmt: skip
+    dh_ptr,
+    a_ptr,
+    scale_ptr,
+    da_ptr,
+    dat_ptr,
+    amax_ptr,
+    colsum_ptr,
+    M,
+    N,
+    FMAX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
     rm, rn, offs, mask = _tile(M, N, BM, BN)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -151,9 +218,20 @@ def launch(t, scale, y, yt, amax, update_amax: bool, block=BLOCK, eager: bool = 
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     fmax = torch.finfo(y.dtype).max
     (_cast_transpose_kernel if eager else wrap_triton(_cast_transpose_kernel))[grid](
-        t, scale, y, y if yt is None else yt, amax, m, n, FMAX=fmax, AMAX=update_amax, BM=bm, BN=bn,
-        TRANS=yt is not None, num_warps=warps,
-    )  # fmt: skip
+        t,
+        scale,
+        y,
+        y if yt is None else yt,
+        amax,
+        m,
+        n,
+        FMAX=fmax,
+        AMAX=update_amax,
+        BM=bm,
+        BN=bn,
+        TRANS=yt is not None,
+        num_warps=warps,
+    )
 
 
 def _fp8_pair(m: int, n: int, dtype: torch.dtype, device, transpose: bool = True):
@@ -166,9 +244,13 @@ def _fp8_pair(m: int, n: int, dtype: torch.dtype, device, transpose: bool = True
 # without a Python dispatch per call (which made BERT's compiled FP8 step wait on the CPU)
 @triton_op("mlperf_fp8::cast_transpose", mutates_args={"amax"})
 def cast_transpose(
-    t: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, dtype: torch.dtype, update_amax: bool,
+    t: torch.Tensor,
+    scale: torch.Tensor,
+    amax: torch.Tensor,
+    dtype: torch.dtype,
+    update_amax: bool,
     transpose: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(t cast, its transposed copy, or an empty tensor without `transpose`: a frozen weight's GEMMs never
     read it)."""
     t = t.contiguous()
@@ -182,9 +264,13 @@ def cast_transpose(
 
 @triton_op("mlperf_fp8::swiglu_cast_transpose", mutates_args={"amax"})
 def swiglu_cast_transpose(
-    g: torch.Tensor, u: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, update_amax: bool,
+    g: torch.Tensor,
+    u: torch.Tensor,
+    scale: torch.Tensor,
+    amax: torch.Tensor,
+    update_amax: bool,
     transpose: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """silu(g) * u (bf16 matrices) cast to e4m3, row-major and (with `transpose`, else an empty tensor)
     transposed; with `update_amax`, its max |.| into `amax`."""
     g, u = g.contiguous(), u.contiguous()
@@ -193,18 +279,37 @@ def swiglu_cast_transpose(
     if update_amax:
         amax.zero_()
     wrap_triton(_swiglu_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        g, u, scale, y, yt if transpose else y, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax,
-        BM=bm, BN=bn, TRANS=transpose, num_warps=warps,
-    )  # fmt: skip
+        g,
+        u,
+        scale,
+        y,
+        yt if transpose else y,
+        amax,
+        m,
+        n,
+        FMAX=torch.finfo(y.dtype).max,
+        AMAX=update_amax,
+        BM=bm,
+        BN=bn,
+        TRANS=transpose,
+        num_warps=warps,
+    )
     return y, yt
 
 
 @triton_op("mlperf_fp8::swiglu_backward_cast_transpose", mutates_args={"g_amax", "u_amax"})
 def swiglu_backward_cast_transpose(
-    dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, g_scale: torch.Tensor, u_scale: torch.Tensor,
-    g_amax: torch.Tensor, u_amax: torch.Tensor, transpose: bool = True, g_inv: torch.Tensor | None = None,
+    dh: torch.Tensor,
+    g: torch.Tensor,
+    u: torch.Tensor,
+    g_scale: torch.Tensor,
+    u_scale: torch.Tensor,
+    g_amax: torch.Tensor,
+    u_amax: torch.Tensor,
+    transpose: bool = True,
+    g_inv: torch.Tensor | None = None,
     u_inv: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of g and u (for dh, the gradient of silu(g) * u) cast to e5m2, each row-major and (with
     `transpose`, else empty tensors) transposed, their max |.| into `g_amax` and `u_amax`. With `g_inv` and
     `u_inv`, g and u are e4m3 codes (`casts.pack_e4m3`) and these the inverses of their scales: the kernel
@@ -217,10 +322,28 @@ def swiglu_backward_cast_transpose(
     g_amax.zero_()
     u_amax.zero_()
     wrap_triton(_swiglu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        dh, g, u, g_scale, u_scale, dg, dgt if transpose else dg, du, dut if transpose else du, g_amax,
-        u_amax, g_inv if packed else g_scale, u_inv if packed else u_scale, m, n,
-        FMAX=torch.finfo(dg.dtype).max, BM=bm, BN=bn, TRANS=transpose, PACKED=packed, num_warps=warps,
-    )  # fmt: skip
+        dh,
+        g,
+        u,
+        g_scale,
+        u_scale,
+        dg,
+        dgt if transpose else dg,
+        du,
+        dut if transpose else du,
+        g_amax,
+        u_amax,
+        g_inv if packed else g_scale,
+        u_inv if packed else u_scale,
+        m,
+        n,
+        FMAX=torch.finfo(dg.dtype).max,
+        BM=bm,
+        BN=bn,
+        TRANS=transpose,
+        PACKED=packed,
+        num_warps=warps,
+    )
     return dg, dgt, du, dut
 
 
@@ -236,9 +359,19 @@ def gelu_cast_transpose(
     if update_amax:
         amax.zero_()
     wrap_triton(_gelu_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        a, scale, y, yt, amax, m, n, FMAX=torch.finfo(y.dtype).max, AMAX=update_amax, BM=bm, BN=bn,
+        a,
+        scale,
+        y,
+        yt,
+        amax,
+        m,
+        n,
+        FMAX=torch.finfo(y.dtype).max,
+        AMAX=update_amax,
+        BM=bm,
+        BN=bn,
         num_warps=warps,
-    )  # fmt: skip
+    )
     return y, yt
 
 
@@ -254,7 +387,18 @@ def gelu_backward_cast_transpose(
     colsum = torch.empty((triton.cdiv(m, bm), n), dtype=torch.float32, device=a.device)
     amax.zero_()
     wrap_triton(_gelu_backward_kernel)[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        dh, a, scale, da, dat, amax, colsum, m, n, FMAX=torch.finfo(da.dtype).max, BM=bm, BN=bn,
+        dh,
+        a,
+        scale,
+        da,
+        dat,
+        amax,
+        colsum,
+        m,
+        n,
+        FMAX=torch.finfo(da.dtype).max,
+        BM=bm,
+        BN=bn,
         num_warps=warps,
-    )  # fmt: skip
+    )
     return da, dat, colsum.sum(0)

@@ -137,16 +137,43 @@ class _Fp8Matmul(torch.autograd.Function):
     with their partial sums promoted to float32 (Transformer Engine's fprop and dgrad / wgrad settings)."""
 
     @staticmethod
-    def forward(ctx, x, w, b, x_amax, x_amax_next, g_amax, update_x_amax, w_gathered_scale, triton,
-                x_hist=None, g_hist=None, fast_accum=False):  # fmt: skip
+    def forward(
+        ctx,
+        x,
+        w,
+        b,
+        x_amax,
+        x_amax_next,
+        g_amax,
+        update_x_amax,
+        w_gathered_scale,
+        triton,
+        x_hist=None,
+        g_hist=None,
+        fast_accum=False,
+    ):
         x_scale = scale_of(x_amax, E4M3_MAX)
-        x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_x_amax else None,
-                                 True, triton, transpose=ctx.needs_input_grad[1])  # fmt: skip
+        x8, x8t = cast_transpose(
+            x,
+            x_scale,
+            torch.float8_e4m3fn,
+            x_amax_next if update_x_amax else None,
+            True,
+            triton,
+            transpose=ctx.needs_input_grad[1],
+        )
         w8, w8t, w_scale = _cast_weight(w, w_gathered_scale, triton)
         bias = None if b is None else b.to(torch.bfloat16)  # added in the GEMM's epilogue
         out = torch.bfloat16
-        y = _scaled_mm(x8, w8.t(), x_scale.reciprocal(), w_scale.reciprocal(), bias, out_dtype=out,
-                       use_fast_accum=fast_accum)  # fmt: skip
+        y = _scaled_mm(
+            x8,
+            w8.t(),
+            x_scale.reciprocal(),
+            w_scale.reciprocal(),
+            bias,
+            out_dtype=out,
+            use_fast_accum=fast_accum,
+        )
         # a frozen weight (LoRA's base) needs no weight gradient: no transposed copies of x or of the
         # gradient (for the weight gradient's GEMM only) are written
         ctx.save_for_backward(x8t, _kept(w8, w8t), x_scale, w_scale)
@@ -195,15 +222,46 @@ class _Fp8MLP(torch.autograd.Function):
     accumulate as `_Fp8Matmul`'s do with it."""
 
     @staticmethod
-    def forward(ctx, x, w_up, b_up, w_gate, w_down, b_down, x_amax, x_amax_next, h_amax, h_amax_next,
-                dy_amax, dup_amax, dgate_amax, update_amax, wu_gathered, wg_gathered, wd_gathered,
-                triton, x_hist=None, h_hist=None, dy_hist=None, dup_hist=None, dgate_hist=None,
-                save_fp8=False, fast_accum=False):  # fmt: skip
+    def forward(
+        ctx,
+        x,
+        w_up,
+        b_up,
+        w_gate,
+        w_down,
+        b_down,
+        x_amax,
+        x_amax_next,
+        h_amax,
+        h_amax_next,
+        dy_amax,
+        dup_amax,
+        dgate_amax,
+        update_amax,
+        wu_gathered,
+        wg_gathered,
+        wd_gathered,
+        triton,
+        x_hist=None,
+        h_hist=None,
+        dy_hist=None,
+        dup_hist=None,
+        dgate_hist=None,
+        save_fp8=False,
+        fast_accum=False,
+    ):
         x_scale, h_scale = scale_of(x_amax, E4M3_MAX), scale_of(h_amax, E4M3_MAX)
         # frozen weights (LoRA's base) need no weight gradients: no transposed copies are written for them
         needs = ctx.needs_input_grad  # (x, w_up, b_up, w_gate, w_down, ...)
-        x8, x8t = cast_transpose(x, x_scale, torch.float8_e4m3fn, x_amax_next if update_amax else None,
-                                 True, triton, transpose=needs[1] or needs[3])  # fmt: skip
+        x8, x8t = cast_transpose(
+            x,
+            x_scale,
+            torch.float8_e4m3fn,
+            x_amax_next if update_amax else None,
+            True,
+            triton,
+            transpose=needs[1] or needs[3],
+        )
         x_inv, bf16 = x_scale.reciprocal(), torch.bfloat16
         wu8, wu8t, u_scale = _cast_weight(w_up, wu_gathered, triton)
         wd8, wd8t, d_scale = _cast_weight(w_down, wd_gathered, triton)
@@ -223,8 +281,9 @@ class _Fp8MLP(torch.autograd.Function):
         ctx.stored = wu8t is None, wg8t is None, wd8t is None
         packed = save_fp8 and gate is not None
         (up, up_s), (gate, gate_s) = (pack_e4m3(t, triton) if packed else (t, None) for t in (up, gate))
-        ctx.save_for_backward(x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale, up_s,
-                              gate_s)  # fmt: skip
+        ctx.save_for_backward(
+            x8t, up, gate, h8t, *kept, x_scale, h_scale, u_scale, g_scale, d_scale, up_s, gate_s
+        )
         ctx.g_amax, ctx.triton = (dy_amax, dup_amax, dgate_amax), triton  # not saved: see _Fp8Matmul
         ctx.g_hist = (dy_hist, dup_hist, dgate_hist)
         ctx.commit = [(x_amax, x_amax_next, x_hist), (h_amax, h_amax_next, h_hist)] if update_amax else []
@@ -324,8 +383,16 @@ class Fp8Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.weight, DTensor):
             return self._forward_tensor_parallel(x)
-        return self._matmul(x, self.weight, self.bias, self.x_amax, self.x_amax_next, self.g_amax,
-                            self.x_amax_history, self.g_amax_history)  # fmt: skip
+        return self._matmul(
+            x,
+            self.weight,
+            self.bias,
+            self.x_amax,
+            self.x_amax_next,
+            self.g_amax,
+            self.x_amax_history,
+            self.g_amax_history,
+        )
 
     def gathered_scale(self) -> torch.Tensor | None:
         """The scale its weight was all-gathered or stored in FP8 with (None: a plain weight, cast here)."""
@@ -428,10 +495,31 @@ class FusedFp8MLP(nn.Module):
         w_gate, dgate_amax = (None, None) if gate is None else (gate.weight, gate.g_amax)
         # gate's x_amax and x_amax_next, the same input as up's, stay unused
         dgate_hist = None if gate is None else gate.g_amax_history
-        y = _Fp8MLP.apply(flat, up.weight, up.bias, w_gate, down.weight, down.bias, up.x_amax,
-                          up.x_amax_next, down.x_amax, down.x_amax_next, down.g_amax, up.g_amax, dgate_amax,
-                          training, up.gathered_scale(), None if gate is None else gate.gathered_scale(),
-                          down.gathered_scale(), down.triton, up.x_amax_history, down.x_amax_history,
-                          down.g_amax_history, up.g_amax_history, dgate_hist,
-                          self.saves_fp8 and training, down.fast_accum)  # fmt: skip
+        y = _Fp8MLP.apply(
+            flat,
+            up.weight,
+            up.bias,
+            w_gate,
+            down.weight,
+            down.bias,
+            up.x_amax,
+            up.x_amax_next,
+            down.x_amax,
+            down.x_amax_next,
+            down.g_amax,
+            up.g_amax,
+            dgate_amax,
+            training,
+            up.gathered_scale(),
+            None if gate is None else gate.gathered_scale(),
+            down.gathered_scale(),
+            down.triton,
+            up.x_amax_history,
+            down.x_amax_history,
+            down.g_amax_history,
+            up.g_amax_history,
+            dgate_hist,
+            self.saves_fp8 and training,
+            down.fast_accum,
+        )
         return y.view(*x.shape[:-1], -1)

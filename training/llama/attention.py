@@ -82,8 +82,9 @@ def attention(
     if q.is_cuda and torch.version.cuda:  # FlashAttention-2's varlen kernel, GQA native
         max_seqlen = max_seqlen or int(cu_seqlens.diff().max())
         cu = cu_seqlens.to(torch.int32)
-        out = torch.ops.aten._flash_attention_forward(q[0], k[0], v[0], cu, cu, max_seqlen, max_seqlen, 0.0,
-                                                      True, False)[0]  # fmt: skip
+        out = torch.ops.aten._flash_attention_forward(
+            q[0], k[0], v[0], cu, cu, max_seqlen, max_seqlen, 0.0, True, False
+        )[0]
         return out.unsqueeze(0)
     # one causal SDPA call per sequence (correct, no cross-sequence mask)
     bounds = cu_seqlens.tolist()
@@ -179,8 +180,12 @@ def cudnn_window_fault(device: torch.device) -> str:
         generator = torch.Generator(device=device).manual_seed(0)
         shapes = [(1, 300, 4, 64), (1, 300, 2, 64), (1, 300, 2, 64)]
         exact = [torch.randn(s, device=device, generator=generator) for s in shapes]
-        return kernel_fault(lambda *t: windowed_attention(*t, 100, "cudnn"),
-                            lambda *t: windowed_attention(*t, 100, "band_mask"), exact, generator,
-                            "the band mask's")  # fmt: skip
+        return kernel_fault(
+            lambda *t: windowed_attention(*t, 100, "cudnn"),
+            lambda *t: windowed_attention(*t, 100, "band_mask"),
+            exact,
+            generator,
+            "the band mask's",
+        )
     except Exception as err:  # noqa: BLE001 - any failure means: do not use it
         return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"

@@ -109,8 +109,9 @@ def build_run(
     model, applied = build_model(spec, device, mesh)
     o = spec.optimizer
     on_gpu = device.type == "cuda"
-    optimizer, impl = optim.build_optimizer(model, o.lr, o.betas, o.eps, o.weight_decay, fused=on_gpu,
-                                            impl=o.impl)  # fmt: skip
+    optimizer, impl = optim.build_optimizer(
+        model, o.lr, o.betas, o.eps, o.weight_decay, fused=on_gpu, impl=o.impl
+    )
     bf16_autocast = param_dtype(applied.precision) == torch.bfloat16 and not applied.sharded
     autocast = torch.autocast(device.type, torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
     held = 0
@@ -118,11 +119,17 @@ def build_run(
     if hold and layout.grad_accum == 1 and hasattr(optimizer, "hold_bf16"):  # (bf16 gradients add up in bf16)
         held = optimizer.hold_bf16([m.weight for m in model.modules() if isinstance(m, nn.Linear)])
     step = Step(
-        model, optimizer, layout, device, mesh,
+        model,
+        optimizer,
+        layout,
+        device,
+        mesh,
         loss_fn=compiled_cross_entropy if applied.compiled else cross_entropy,
-        autocast=autocast, fp8=applied.fp8, clip_norm=spec.step.clip_norm,
+        autocast=autocast,
+        fp8=applied.fp8,
+        clip_norm=spec.step.clip_norm,
         sync_each_micro_batch=spec.step.sync_each_micro_batch,
-    )  # fmt: skip
+    )
     return model, step, dataclasses.replace(applied, optimizer=impl, bf16_weights_held=held)
 
 
@@ -139,18 +146,23 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         )
     if spec.fp8_weights and mesh is not None:
         if mesh["tp"].size() > 1 or features.fp8 is None:
-            raise ValueError("FP8_WEIGHTS=1 stores the frozen base as FP8 shards under FSDP2, with FP8 on "
-                             "(PRECISION=fp8) and without tensor parallelism")  # fmt: skip
+            raise ValueError(
+                "FP8_WEIGHTS=1 stores the frozen base as FP8 shards under FSDP2, with FP8 on "
+                "(PRECISION=fp8) and without tensor parallelism"
+            )
         # stored shards are all-gathered as they are: in FP8
         features = dataclasses.replace(features, fp8=dataclasses.replace(features.fp8, gather_in_fp8=True))
     shape = spec.shape
     split = mesh is not None and mesh["cp"].size() > 1
     if split and device.type != "cuda":
-        raise ValueError("context parallelism needs GPUs: PyTorch's ring attention runs on the CUDA/ROCm "
-                         "kernels only")  # fmt: skip
+        raise ValueError(
+            "context parallelism needs GPUs: PyTorch's ring attention runs on the CUDA/ROCm kernels only"
+        )
     if split and spec.attention not in ("auto", "sdpa"):
-        raise ValueError(f"ATTENTION={spec.attention} cannot run with context parallelism: PyTorch's ring "
-                         "attention takes the place of SDPA only (ATTENTION=sdpa or auto)")  # fmt: skip
+        raise ValueError(
+            f"ATTENTION={spec.attention} cannot run with context parallelism: PyTorch's ring "
+            "attention takes the place of SDPA only (ATTENTION=sdpa or auto)"
+        )
     # with context parallelism, SDPA (ring attention inside the step's context); else the fastest that runs
     attention = "sdpa" if split else choose_attention(spec.attention, device, shape.sliding_window)
     if spec.fp8_attention:
@@ -158,8 +170,10 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
     precision = choose_precision(spec.precision, device)
     if split and precision == "fp32":  # torch 2.11 on an H200: "aten.add.Tensor got mixed torch.Tensor and
         # DTensor" in the ring attention's float32 (memory-efficient kernel) path
-        raise ValueError("PRECISION=fp32 cannot run with context parallelism here: PyTorch's ring attention "
-                         "computes in bf16 (PRECISION=bf16 or fp8)")  # fmt: skip
+        raise ValueError(
+            "PRECISION=fp32 cannot run with context parallelism here: PyTorch's ring attention "
+            "computes in bf16 (PRECISION=bf16 or fp8)"
+        )
     compute = param_dtype(precision)
     one_by_one = spec.fp8_weights and mesh is None  # (FSDP2's shards are small: materialized whole)
     init_first = device.type != "cuda" and spec.checkpoint is None and not one_by_one
@@ -179,8 +193,9 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         for prefix, part in parts:
             part.to_empty(device=device)
             if spec.checkpoint is not None:
-                load_hf_checkpoint(part, spec.checkpoint, show_progress=not prefix.startswith("layers."),
-                                   under=prefix)  # fmt: skip
+                load_hf_checkpoint(
+                    part, spec.checkpoint, show_progress=not prefix.startswith("layers."), under=prefix
+                )
             else:
                 init_weights(part, shape, prefix)
             if one_by_one and prefix.startswith("layers."):
@@ -199,15 +214,18 @@ def build_model(spec: RunSpec, device: torch.device, mesh) -> tuple[Llama, paral
         stored = store_shards_in_fp8(model)
         applied.fp8.description += f", {stored} frozen weights stored as FP8 shards (all-gathered as stored)"
     attention_precision = "fp8" if attention == "cudnn_fp8" else ("fp32" if precision == "fp32" else "bf16")
-    return model, dataclasses.replace(applied, attention=attention, precision=precision,
-                                      attention_precision=attention_precision)  # fmt: skip
+    return model, dataclasses.replace(
+        applied, attention=attention, precision=precision, attention_precision=attention_precision
+    )
 
 
 def _fp8_attention(spec: RunSpec, device: torch.device, split: bool) -> str:
     """The attention backend of FP8_DPA=1, `cudnn_fp8`, or a ValueError saying why it cannot run."""
     if split or spec.shape.sliding_window is not None:
-        raise ValueError("FP8_DPA=1 (cuDNN's FP8 attention) runs causal attention without a sliding window "
-                         "and without context parallelism")  # fmt: skip
+        raise ValueError(
+            "FP8_DPA=1 (cuDNN's FP8 attention) runs causal attention without a sliding window "
+            "and without context parallelism"
+        )
     if fault := fp8_attention_fault(device):
         raise ValueError(f"FP8_DPA=1: cuDNN's FP8 attention cannot run here: {fault}")
     return "cudnn_fp8"

@@ -110,8 +110,10 @@ def load_hf_checkpoint(module: nn.Module, folder: Path, show_progress: bool = Tr
     wanted = {hf_name(under + name): name for name in params}
     missing = sorted(set(wanted) - set(files))
     if missing:
-        raise CheckpointError(f"{folder}: the checkpoint lacks {len(missing)} tensor(s) of the model, e.g. "
-                              f"{', '.join(missing[:3])}")  # fmt: skip
+        raise CheckpointError(
+            f"{folder}: the checkpoint lacks {len(missing)} tensor(s) of the model, e.g. "
+            f"{', '.join(missing[:3])}"
+        )
     from safetensors import safe_open
 
     by_file: dict[Path, list[str]] = {}
@@ -124,8 +126,10 @@ def load_hf_checkpoint(module: nn.Module, folder: Path, show_progress: bool = Tr
                 param = params[wanted[theirs]]
                 lazy = f.get_slice(theirs)
                 if tuple(lazy.get_shape()) != tuple(param.shape):
-                    raise CheckpointError(f"{path.name}: {theirs} has shape {tuple(lazy.get_shape())}, the "
-                                          f"model's {wanted[theirs]} {tuple(param.shape)}")  # fmt: skip
+                    raise CheckpointError(
+                        f"{path.name}: {theirs} has shape {tuple(lazy.get_shape())}, the "
+                        f"model's {wanted[theirs]} {tuple(param.shape)}"
+                    )
                 local, region = _local_region(param)
                 if local.numel():
                     rows = lazy[region]
@@ -161,8 +165,12 @@ class _Progress:
     def _print(self) -> None:
         seconds = time.perf_counter() - self.start
         rate = self.bytes / 1e9 / max(seconds, 1e-9)
-        print(f"loading weights: {self.count}/{self.total} tensors, {self.bytes / 1e9:.2f} GB read by this "
-              f"rank ({rate:.2f} GB/s)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"loading weights: {self.count}/{self.total} tensors, {self.bytes / 1e9:.2f} GB read by this "
+            f"rank ({rate:.2f} GB/s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def done(self) -> None:
         if self.show and self.count and self.next_report <= 1.0:

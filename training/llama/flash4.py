@@ -28,8 +28,15 @@ def _kernel_args(cu_seqlens: torch.Tensor | None, max_seqlen: int, window: int) 
     included (0: none), theirs (left, right)."""
     left, right = (window - 1, 0) if window > 0 else (None, None)
     longest = max_seqlen if cu_seqlens is not None else None
-    return dict(causal=True, window_size_left=left, window_size_right=right, cu_seqlens_q=cu_seqlens,
-                cu_seqlens_k=cu_seqlens, max_seqlen_q=longest, max_seqlen_k=longest)  # fmt: skip
+    return dict(
+        causal=True,
+        window_size_left=left,
+        window_size_right=right,
+        cu_seqlens_q=cu_seqlens,
+        cu_seqlens_k=cu_seqlens,
+        max_seqlen_q=longest,
+        max_seqlen_k=longest,
+    )
 
 
 @torch.library.custom_op("mlperf_llama::flash4_fwd", mutates_args=())
@@ -56,9 +63,16 @@ def _(q, k, v, cu_seqlens, max_seqlen, window):
 
 @torch.library.custom_op("mlperf_llama::flash4_bwd", mutates_args=())
 def flash4_bwd(
-    dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-    lse: torch.Tensor, cu_seqlens: torch.Tensor | None, max_seqlen: int, window: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens: torch.Tensor | None,
+    max_seqlen: int,
+    window: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     from flash_attn.cute.interface import _flash_attn_bwd
 
     args = _kernel_args(cu_seqlens, max_seqlen, window)

@@ -76,8 +76,26 @@ def _bshd(b: int, s: int, h: int, d: int) -> tuple[tuple, tuple]:
 
 
 FWD_IN = ("q", "k", "v", "descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-BWD_IN = ("q", "k", "v", "o", "dO", "stats", "descale_q", "descale_k", "descale_v", "descale_o", "descale_dO",
-          "descale_s", "descale_dP", "scale_s", "scale_dQ", "scale_dK", "scale_dV", "scale_dP")  # fmt: skip
+BWD_IN = (
+    "q",
+    "k",
+    "v",
+    "o",
+    "dO",
+    "stats",
+    "descale_q",
+    "descale_k",
+    "descale_v",
+    "descale_o",
+    "descale_dO",
+    "descale_s",
+    "descale_dP",
+    "scale_s",
+    "scale_dQ",
+    "scale_dK",
+    "scale_dV",
+    "scale_dP",
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -168,10 +186,26 @@ def fp8_fwd(
     stats = torch.empty(b, hq, s, 1, dtype=torch.float32, device=q.device)
     scratch = [torch.empty(1, 1, 1, 1, device=q.device) for _ in range(2)]
     one = _one(q.device)
-    _run(graph, tensors, {"q": q8, "k": k8, "v": v8, "descale_q": qi, "descale_k": ki, "descale_v": vi,
-                          "descale_s": one / E4M3_MAX, "scale_s": one * E4M3_MAX, "scale_o": vi.reciprocal(),
-                          "o": o8, "stats": stats, "amax_s": scratch[0], "amax_o": scratch[1]},
-         q.device)  # fmt: skip
+    _run(
+        graph,
+        tensors,
+        {
+            "q": q8,
+            "k": k8,
+            "v": v8,
+            "descale_q": qi,
+            "descale_k": ki,
+            "descale_v": vi,
+            "descale_s": one / E4M3_MAX,
+            "scale_s": one * E4M3_MAX,
+            "scale_o": vi.reciprocal(),
+            "o": o8,
+            "stats": stats,
+            "amax_s": scratch[0],
+            "amax_o": scratch[1],
+        },
+        q.device,
+    )
     out = (o8.float() * vi.reshape(())).to(q.dtype)
     return out, stats, q8, k8, v8, o8, torch.cat([qi, ki, vi]).reshape(3)
 
@@ -223,12 +257,29 @@ def fp8_bwd(
     one = _one(q8.device)
     qi, ki, vi = (inverses[i].reshape(1, 1, 1, 1) for i in range(3))
     ds = ds.reshape(1, 1, 1, 1)
-    data = {"q": q8, "k": k8, "v": v8, "o": o8, "dO": do8, "stats": stats, "descale_q": qi, "descale_k": ki,
-            "descale_v": vi, "descale_o": vi, "descale_dO": doi, "descale_s": one / E4M3_MAX,
-            "descale_dP": ds / E4M3_MAX, "scale_s": one * E4M3_MAX, "scale_dP": E4M3_MAX / ds,
-            "scale_dQ": scales[0].reshape(1, 1, 1, 1), "scale_dK": scales[1].reshape(1, 1, 1, 1),
-            "scale_dV": scales[2].reshape(1, 1, 1, 1),
-            "dq": grads[0], "dk": grads[1], "dv": grads[2]}  # fmt: skip
+    data = {
+        "q": q8,
+        "k": k8,
+        "v": v8,
+        "o": o8,
+        "dO": do8,
+        "stats": stats,
+        "descale_q": qi,
+        "descale_k": ki,
+        "descale_v": vi,
+        "descale_o": vi,
+        "descale_dO": doi,
+        "descale_s": one / E4M3_MAX,
+        "descale_dP": ds / E4M3_MAX,
+        "scale_s": one * E4M3_MAX,
+        "scale_dP": E4M3_MAX / ds,
+        "scale_dQ": scales[0].reshape(1, 1, 1, 1),
+        "scale_dK": scales[1].reshape(1, 1, 1, 1),
+        "scale_dV": scales[2].reshape(1, 1, 1, 1),
+        "dq": grads[0],
+        "dk": grads[1],
+        "dv": grads[2],
+    }
     amaxes = torch.zeros(4, device=q8.device)  # the backward's order: dQ, dK, dV, dP
     data.update({f"amax{i}": amaxes[i : i + 1].view(1, 1, 1, 1) for i in range(4)})
     _run(graph, tensors, data, q8.device)
@@ -360,8 +411,10 @@ def _choice(device: torch.device) -> tuple[torch.dtype | None, str]:
                 errors = compare(*exact, packed, grad_dtype, generator)
                 worst = max(errors, key=errors.get)
                 if not errors[worst] <= TOLERANCE:
-                    raise ValueError(f"{case}: its {worst} is off float32 attention by {errors[worst]:.3g} "
-                                     f"(relative, > {TOLERANCE:.3g})")  # fmt: skip
+                    raise ValueError(
+                        f"{case}: its {worst} is off float32 attention by {errors[worst]:.3g} "
+                        f"(relative, > {TOLERANCE:.3g})"
+                    )
             FOUND[device.index or 0] = grad_dtype
             return grad_dtype, ""
         except Exception as err:  # noqa: BLE001 - any failure means: do not use it

@@ -25,9 +25,24 @@ BLOCK, WARPS = 1024, 4
 
 @triton.jit
 def _adamw_kernel(
-    p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, w_ptr, n, lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt,
-    SCALED: tl.constexpr, COPY: tl.constexpr, BLOCK: tl.constexpr
-):  # fmt: skip
+    p_ptr,
+    g_ptr,
+    m_ptr,
+    v_ptr,
+    scale_ptr,
+    w_ptr,
+    n,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    weight_decay,
+    step_size,
+    bc2_sqrt,
+    SCALED: tl.constexpr,
+    COPY: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     p = tl.load(p_ptr + offs, mask=mask)
@@ -72,8 +87,10 @@ class TritonAdamW(torch.optim.Optimizer):
         for p in params:
             plain = local_data(p) is p  # (not a DTensor)
             if id(p) not in mine or not plain or p.dtype != torch.float32 or p.grad is not None:
-                raise ValueError(f"hold_bf16 takes this optimizer's float32 parameters without gradients "
-                                 f"(got {p.dtype} {tuple(p.shape)})")  # fmt: skip
+                raise ValueError(
+                    f"hold_bf16 takes this optimizer's float32 parameters without gradients "
+                    f"(got {p.dtype} {tuple(p.shape)})"
+                )
             self.state[p]["master"] = p.detach().clone()
             p.data = p.data.to(torch.bfloat16)
             count += p.numel()
@@ -99,8 +116,10 @@ class TritonAdamW(torch.optim.Optimizer):
                     for t in (weights, grad):  # a kernel handed a wrapper reads address 0: an illegal access
                         plain = type(t) in (torch.Tensor, torch.nn.Parameter) and t.data_ptr()
                         if t.numel() and not plain:
-                            raise ValueError(f"TritonAdamW takes plain tensors, not a {type(t).__name__} "
-                                             f"{tuple(t.shape)} (no storage of its own)")  # fmt: skip
+                            raise ValueError(
+                                f"TritonAdamW takes plain tensors, not a {type(t).__name__} "
+                                f"{tuple(t.shape)} (no storage of its own)"
+                            )
                     state["step"] = 0
                     state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(param), torch.zeros_like(param)
                 state["step"] += 1
@@ -109,11 +128,25 @@ class TritonAdamW(torch.optim.Optimizer):
                 if n == 0:
                     continue
                 _adamw_kernel[(triton.cdiv(n, BLOCK),)](
-                    param, grad, state["exp_avg"], state["exp_avg_sq"], param if scale is None else scale,
-                    weights, n, lr, beta1, beta2, group["eps"], group["weight_decay"], lr / (1 - beta1**step),
-                    math.sqrt(1 - beta2**step), SCALED=scale is not None, COPY=weights is not param,
-                    BLOCK=BLOCK, num_warps=WARPS,
-                )  # fmt: skip
+                    param,
+                    grad,
+                    state["exp_avg"],
+                    state["exp_avg_sq"],
+                    param if scale is None else scale,
+                    weights,
+                    n,
+                    lr,
+                    beta1,
+                    beta2,
+                    group["eps"],
+                    group["weight_decay"],
+                    lr / (1 - beta1**step),
+                    math.sqrt(1 - beta2**step),
+                    SCALED=scale is not None,
+                    COPY=weights is not param,
+                    BLOCK=BLOCK,
+                    num_warps=WARPS,
+                )
 
 
 def adamw_fault(device: torch.device) -> str:

@@ -83,24 +83,33 @@ def feature_problems(
         # only torchao's stateless scaling is tested with pipelines: Transformer Engine would need its
         # autocast around the schedule's forwards, and PyTorch's stage infers its shapes by running
         # forward and backward on uninitialized tensors, whose amax would become the native FP8 scales
-        others = [name for name, on in (
-            ("TENSOR_MODEL_PARALLEL_SIZE>1", tp > 1),
-            ("CONTEXT_PARALLEL_SIZE>1", cp > 1),
-            (f"FP8 with FP8_BACKEND={fp8_backend} (torchao runs)", fp8_backend not in (None, "torchao")),
-            ("COMPILE=1", compile),
-        ) if on]  # fmt: skip
+        others = [
+            name
+            for name, on in (
+                ("TENSOR_MODEL_PARALLEL_SIZE>1", tp > 1),
+                ("CONTEXT_PARALLEL_SIZE>1", cp > 1),
+                (f"FP8 with FP8_BACKEND={fp8_backend} (torchao runs)", fp8_backend not in (None, "torchao")),
+                ("COMPILE=1", compile),
+            )
+            if on
+        ]
         if others:
             problems.append(f"PIPELINE_MODEL_PARALLEL_SIZE>1 with {', '.join(others)} is not implemented")
         if num_layers % pp:
-            problems.append(f"{num_layers} layers do not split into PIPELINE_MODEL_PARALLEL_SIZE={pp} equal "
-                            "stages")  # fmt: skip
+            problems.append(
+                f"{num_layers} layers do not split into PIPELINE_MODEL_PARALLEL_SIZE={pp} equal stages"
+            )
     if cp > 1:  # (with tensor parallelism too: the 8B runs them as context parallelism, `model_layout`)
         if compile:
-            problems.append("CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented (PyTorch's context "
-                            "parallelism swaps the attention function at run time)")  # fmt: skip
+            problems.append(
+                "CONTEXT_PARALLEL_SIZE>1 with COMPILE=1 is not implemented (PyTorch's context "
+                "parallelism swaps the attention function at run time)"
+            )
         if seq_length % (2 * cp):
-            problems.append(f"SEQ_LENGTH={seq_length} is not a multiple of 2 x CONTEXT_PARALLEL "
-                            "(each rank holds a head and a tail chunk of every sequence)")  # fmt: skip
+            problems.append(
+                f"SEQ_LENGTH={seq_length} is not a multiple of 2 x CONTEXT_PARALLEL "
+                "(each rank holds a head and a tail chunk of every sequence)"
+            )
     if fp8_backend is not None and tp > 1 and fp8_backend != "native":
         problems.append(
             f"FP8 with TENSOR_MODEL_PARALLEL_SIZE>1 runs with FP8_BACKEND=native only (not {fp8_backend!r})"
@@ -164,8 +173,15 @@ class Applied:
     # the lowest precision the layout's collectives carry (MLPerf's name); "" for one process
     collectives: str = ""
 
-    FEATURES = ("pipeline_parallel", "fp8", "lora", "tensor_parallel", "activation_checkpointing", "compile",
-                "data_parallel")  # fmt: skip
+    FEATURES = (
+        "pipeline_parallel",
+        "fp8",
+        "lora",
+        "tensor_parallel",
+        "activation_checkpointing",
+        "compile",
+        "data_parallel",
+    )
 
     @property
     def sharded(self) -> bool:

@@ -122,11 +122,18 @@ class LlamaRunSettings(RunSettings):
         return problems
 
     def llama_run_spec(
-        self, shape: LlamaShape, clip_norm: float, adamw: tuple[float, tuple[float, float], float, float], *,
-        fp8_recipe: str = "tensorwise", lora: LoraSettings | None = None,
-        checkpoint_layers: int | None = None, keep_attention: bool = False, checkpoint: Path | None = None,
+        self,
+        shape: LlamaShape,
+        clip_norm: float,
+        adamw: tuple[float, tuple[float, float], float, float],
+        *,
+        fp8_recipe: str = "tensorwise",
+        lora: LoraSettings | None = None,
+        checkpoint_layers: int | None = None,
+        keep_attention: bool = False,
+        checkpoint: Path | None = None,
         fp8_weights: bool = False,
-    ) -> RunSpec:  # fmt: skip
+    ) -> RunSpec:
         """The run of `shape` these settings describe, with the benchmark's own: its clip and AdamW's (lr,
         betas, eps, weight decay), its FP8 recipe, LoRA adapters, recompute of the first blocks only (and
         around the attention kernel), weights. FP8 for the blocks' linears when asked, each MLP one function
@@ -134,11 +141,17 @@ class LlamaRunSettings(RunSettings):
         (FP8_PARAM_GATHER)."""
         fp8 = None
         if self.fp8:
-            fp8 = Fp8Settings(backend=self.fp8_backend, recipe=fp8_recipe,
-                              gather_in_fp8=self.fp8_param_gather, fuse_mlp=FP8_MLP, casts=self.fp8_casts,
-                              amax_history=self.fp8_amax_history, amax_algo=self.fp8_amax_algo,
-                              mlp_activations_in_fp8=self.fp8_mlp_activations,
-                              fast_accum=self.fp8_fast_accum)  # fmt: skip
+            fp8 = Fp8Settings(
+                backend=self.fp8_backend,
+                recipe=fp8_recipe,
+                gather_in_fp8=self.fp8_param_gather,
+                fuse_mlp=FP8_MLP,
+                casts=self.fp8_casts,
+                amax_history=self.fp8_amax_history,
+                amax_algo=self.fp8_amax_algo,
+                mlp_activations_in_fp8=self.fp8_mlp_activations,
+                fast_accum=self.fp8_fast_accum,
+            )
         features = Features(
             fp8=fp8,
             fp4=self.fp4_settings(),
@@ -223,18 +236,22 @@ class LlamaRunSettings(RunSettings):
             for name, value, choices in (
                 ("ATTENTION", self.attention, ATTENTIONS),
                 ("ADAMW_IMPL", self.adamw_impl, ADAMW_IMPLS),
-            )  # fmt: skip
+            )
             if value not in choices
         ]
         if self.fp4 and self.precision not in ("auto", "bf16", "fp8"):
             problems.insert(0, f"FP4=True (bf16 around 4-bit GEMMs) contradicts PRECISION={self.precision}")
         problems += self.fp4_problems()
         if self.fp8_mlp_activations and not (self.fp8 and self.fp8_backend in ("auto", "native")):
-            problems.append("FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native (or auto: "
-                            "native where the OCP FP8 formats run)")  # fmt: skip
+            problems.append(
+                "FP8_MLP_ACTIVATIONS=1 needs PRECISION=fp8 with FP8_BACKEND=native (or auto: "
+                "native where the OCP FP8 formats run)"
+            )
         if self.fp8_dpa and not self.fp8:
             problems.append("FP8_DPA=1 (FP8 attention) needs PRECISION=fp8 (or FP8=1)")
         if self.fp8_dpa and self.attention != "auto":
-            problems.append(f"FP8_DPA=1 runs cuDNN's FP8 attention: ATTENTION={self.attention} contradicts "
-                            "it (leave ATTENTION=auto)")  # fmt: skip
+            problems.append(
+                f"FP8_DPA=1 runs cuDNN's FP8 attention: ATTENTION={self.attention} contradicts "
+                "it (leave ATTENTION=auto)"
+            )
         return problems

@@ -247,6 +247,9 @@ def warm_up(step: Step, steps: int, micro_batch: int, seq_length: int, vocab_siz
     step.model.train()
     parallel.reshard(step.model)
     reset_after_materialize(step.model)
-    calibrate(step.model, lambda: forward_backward(step, [(t, t) for t in tokens.chunk(accum)]),
-              recompute_every_block(step.model))  # fmt: skip
+    calibrate(
+        step.model,
+        lambda: forward_backward(step, [(t, t) for t in tokens.chunk(accum)]),
+        recompute_every_block(step.model),
+    )
     step.fp8_checked = True

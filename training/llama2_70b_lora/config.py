@@ -175,14 +175,25 @@ class LoraConfig(LlamaRunSettings):
         theirs. A ConfigError naming the variables where neither fits."""
         split, gbs = self.model_parallel(), self.global_batch_size(world_size)
         if world_size % split:
-            raise ConfigError(f"TP x PP x CP = {self.tp} x {self.pp} x {self.cp} = {split} does not divide "
-                              f"the world size {world_size} (DGXNNODES x DGXNGPU)")  # fmt: skip
+            raise ConfigError(
+                f"TP x PP x CP = {self.tp} x {self.pp} x {self.cp} = {split} does not divide "
+                f"the world size {world_size} (DGXNNODES x DGXNGPU)"
+            )
         cp = self.context_split(world_size)
-        problems = feature_problems(1, 1, cp, self.fp8_backend if self.fp8 else None, self.compile,
-                                    self.seq_length, self.num_layers or 1)  # fmt: skip
+        problems = feature_problems(
+            1,
+            1,
+            cp,
+            self.fp8_backend if self.fp8 else None,
+            self.compile,
+            self.seq_length,
+            self.num_layers or 1,
+        )
         if problems:
-            raise ConfigError(f"{world_size} GPUs for GBS {gbs} split each sequence over {cp} of them: "
-                              + "; ".join(problems))  # fmt: skip
+            raise ConfigError(
+                f"{world_size} GPUs for GBS {gbs} split each sequence over {cp} of them: "
+                + "; ".join(problems)
+            )
         return layout(world_size, 1, 1, cp, gbs, self.micro_batch_size)
 
     def substitutions(self, world_size: int) -> list[str]:
@@ -194,8 +205,11 @@ class LoraConfig(LlamaRunSettings):
             par = self.parallelism(world_size)
         except ConfigError:  # the preflight's scale check says why
             return out
-        split = f"each sequence over {par.cp} GPUs (context parallelism)" if par.cp > 1 else (
-            f"{self.global_batch_size(world_size) // world_size} whole sequence(s) per GPU")  # fmt: skip
+        split = (
+            f"each sequence over {par.cp} GPUs (context parallelism)"
+            if par.cp > 1
+            else (f"{self.global_batch_size(world_size) // world_size} whole sequence(s) per GPU")
+        )
         out.append(
             f"TP={self.tp} PP={self.pp} CP={self.cp} (NVIDIA's split of each sequence) set GBS "
             f"{self.global_batch_size(world_size)}; here FSDP2 over the {world_size} GPUs, {split}: the "
@@ -255,7 +269,8 @@ class LoraConfig(LlamaRunSettings):
         first, every = self.eval_steps(world_size)
         gbs, last = schedule.global_batch, self.max_steps
         skipped = f"SKIP_EVALS={self.evals_skipped(world_size)}" + (
-            "" if self.skip_evals is not None else " (the default, floor(0.125 x GBS + 2))")  # fmt: skip
+            "" if self.skip_evals is not None else " (the default, floor(0.125 x GBS + 2))"
+        )
         if last >= every:
             fewer = f"SKIP_EVALS <= {last // every - 1}"
         else:
@@ -282,16 +297,24 @@ class LoraConfig(LlamaRunSettings):
         lora = LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_kernel)
         checkpoint = self.paths()["model"] if self.init_checkpoint == "model" else None
         return self.llama_run_spec(
-            self.model_shape(), self.clip_norm, (self.lr, ADAMW_BETAS, ADAMW_EPS, self.weight_decay),
-            lora=lora, checkpoint_layers=self.checkpoint_layers, keep_attention=self.keep_attention,
-            checkpoint=checkpoint, fp8_weights=self.fp8_weights,
-        )  # fmt: skip
+            self.model_shape(),
+            self.clip_norm,
+            (self.lr, ADAMW_BETAS, ADAMW_EPS, self.weight_decay),
+            lora=lora,
+            checkpoint_layers=self.checkpoint_layers,
+            keep_attention=self.keep_attention,
+            checkpoint=checkpoint,
+            fp8_weights=self.fp8_weights,
+        )
 
     def paths(self) -> dict[str, Path]:
         """The rows and the model, in our layout, AMD's or NVIDIA's (`folders`)."""
         data = folders.data_dir(self.datadir)
-        return {"train": data / "train.npy", "valid": data / "validation.npy",
-                "model": folders.model_dir(self.datadir, self.model_dir)}  # fmt: skip
+        return {
+            "train": data / "train.npy",
+            "valid": data / "validation.npy",
+            "model": folders.model_dir(self.datadir, self.model_dir),
+        }
 
     def deviations(self, shape_is_official: bool) -> list[str]:
         """Settings that make this run something other than the MLPerf benchmark."""

@@ -58,18 +58,23 @@ def load_rows(path: Path, seq_length: int, vocab_size: int) -> Rows:
             raise DataError(f"{path}: row {i} is not a dict with {', '.join(KEYS)}")
         ids, loss_mask = np.asarray(row["input_ids"]), np.asarray(row["loss_mask"])
         if len(ids) != seq_length or len(loss_mask) != seq_length:
-            raise DataError(f"{path}: row {i} has {len(ids)} ids and {len(loss_mask)} mask values, not "
-                            f"MAX_SEQLEN={seq_length}")  # fmt: skip
+            raise DataError(
+                f"{path}: row {i} has {len(ids)} ids and {len(loss_mask)} mask values, not "
+                f"MAX_SEQLEN={seq_length}"
+            )
         if not np.isin(loss_mask, (0, 1)).all():
             raise DataError(f"{path}: row {i}'s loss_mask holds values other than 0 and 1")
         if ids.min() < 0 or ids.max() >= vocab_size:
-            raise DataError(f"{path}: row {i} has token ids up to {ids.max()}, outside the vocabulary of "
-                            f"{vocab_size}")  # fmt: skip
+            raise DataError(
+                f"{path}: row {i} has token ids up to {ids.max()}, outside the vocabulary of {vocab_size}"
+            )
         row_starts = [int(s) for s in np.asarray(row["seq_start_id"]).ravel()]
         increasing = all(b > a for a, b in zip(row_starts, row_starts[1:]))
         if not row_starts or row_starts[0] != 0 or not increasing or row_starts[-1] >= seq_length:
-            raise DataError(f"{path}: row {i}'s seq_start_id {row_starts[:8]} is not increasing from 0 "
-                            f"within {seq_length}")  # fmt: skip
+            raise DataError(
+                f"{path}: row {i}'s seq_start_id {row_starts[:8]} is not increasing from 0 "
+                f"within {seq_length}"
+            )
         tokens[i], mask[i] = ids, loss_mask.astype(bool)
         starts.append(row_starts)
     return Rows(torch.from_numpy(tokens), torch.from_numpy(mask), starts)

@@ -28,8 +28,11 @@ def check(environ: Mapping[str, str]) -> list[str]:
     nemo = nemo_checkpoint_problem(paths["model"]) if cfg.init_checkpoint == "model" else None
     if nemo:
         return [nemo]  # before anything else: the one thing to do
-    problems += [f"{name} data {paths[name]} does not exist" for name in ("train", "valid")
-                 if not paths[name].is_file()]  # fmt: skip
+    problems += [
+        f"{name} data {paths[name]} does not exist"
+        for name in ("train", "valid")
+        if not paths[name].is_file()
+    ]
     if cfg.init_checkpoint == "model":
         if not (paths["model"] / "config.json").is_file():
             problems.append(f"MODEL {paths['model']} has no config.json (a Hugging Face Llama checkpoint)")
@@ -56,7 +59,9 @@ def report() -> list[tuple[str, str]]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     attention = choose_attention("auto", device)
     packed = {"flash4": "FlashAttention-4's varlen kernel", "flash_attn": "flash-attn's varlen kernel"}.get(
-        attention, "PyTorch's varlen flash kernel" if torch.version.cuda and device.type == "cuda" else
-        "one SDPA call per sequence")  # fmt: skip
-    return [("attention (auto)", attention), ("packed rows", packed),
-            ("fp8 backend (auto)", auto_backend())]  # fmt: skip
+        attention,
+        "PyTorch's varlen flash kernel"
+        if torch.version.cuda and device.type == "cuda"
+        else "one SDPA call per sequence",
+    )
+    return [("attention (auto)", attention), ("packed rows", packed), ("fp8 backend (auto)", auto_backend())]

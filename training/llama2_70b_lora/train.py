@@ -58,19 +58,34 @@ def main() -> outcome.Outcome:
         _, step, applied = build_run(spec, info.device, mesh, par)
     except ValueError as err:  # a kernel or backend asked for cannot run here; FP8_WEIGHTS on several GPUs
         raise ConfigError(str(err)) from None
-    weights = f"{spec.checkpoint} (Hugging Face safetensors, read shard by shard)" if spec.checkpoint else (
-        "random (INIT_CHECKPOINT=none)")  # fmt: skip
-    chosen = {"platform": backends.platform_name(), "precision": applied.precision,
-              "attention": applied.attention, "weights": weights, **applied.lines(),
-              "optimizer": f"AdamW ({applied.optimizer}), the adapters only"}  # fmt: skip
+    weights = (
+        f"{spec.checkpoint} (Hugging Face safetensors, read shard by shard)"
+        if spec.checkpoint
+        else ("random (INIT_CHECKPOINT=none)")
+    )
+    chosen = {
+        "platform": backends.platform_name(),
+        "precision": applied.precision,
+        "attention": applied.attention,
+        "weights": weights,
+        **applied.lines(),
+        "optimizer": f"AdamW ({applied.optimizer}), the adapters only",
+    }
     run.log_backends(chosen)
     run.log_disclosure(applied.disclosure(par, cfg.micro_batch_size))
     adapters = sum(p.numel() for p in step.params)
     flops_per_token = shape.lora_flops_per_token(cfg.seq_length, adapters)
-    run.write_config({"global_batch_size": gbs, "parallelism": vars(par), "backends": chosen,
-                      "deviations": cfg.deviations(is_llama2_70b(shape)), "model_shape": str(shape),
-                      "trainable_parameters": adapters,
-                      "model_flops_per_token": flops_per_token})  # fmt: skip
+    run.write_config(
+        {
+            "global_batch_size": gbs,
+            "parallelism": vars(par),
+            "backends": chosen,
+            "deviations": cfg.deviations(is_llama2_70b(shape)),
+            "model_shape": str(shape),
+            "trainable_parameters": adapters,
+            "model_flops_per_token": flops_per_token,
+        }
+    )
     if cfg.warmup:
         warm_up(step, cfg.warmup_train_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
     dp_rank = info.rank // par.cp  # the ranks of a CP group read the same rows
@@ -100,33 +115,42 @@ def main() -> outcome.Outcome:
 
 
 def log_hyperparameters(
-    mllog: MLLogger, cfg: LoraConfig, par: parallel.Parallelism, gbs: int, train: int, valid: int,
+    mllog: MLLogger,
+    cfg: LoraConfig,
+    par: parallel.Parallelism,
+    gbs: int,
+    train: int,
+    valid: int,
     official_model: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Every key closed_llama2_70b_lora.yaml (5.1.0) requires, with the sizes AMD and NVIDIA log
     (`train_samples`, `eval_samples`: the rows of each file), the optimizer's fixed values and the target;
     `lora_alpha` a whole number where it is one, as both log it."""
-    mllog.hyperparameters({
-        constants.GLOBAL_BATCH_SIZE: gbs,
-        constants.GRADIENT_ACCUMULATION_STEPS: par.grad_accum,
-        constants.TRAIN_SAMPLES: train,
-        constants.EVAL_SAMPLES: valid,
-        constants.MAX_SEQUENCE_LENGTH: cfg.seq_length,
-        constants.OPT_NAME: "adamw",
-        constants.OPT_BASE_LR: cfg.lr,
-        constants.OPT_LR_WARMUP_FACTOR: cfg.warmup_ratio,
-        constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
-        constants.OPT_LR_DECAY_SCHEDULE: cfg.lr_schedule(),
-        constants.OPT_ADAMW_BETA_1: ADAMW_BETAS[0],
-        constants.OPT_ADAMW_BETA_2: ADAMW_BETAS[1],
-        constants.OPT_ADAMW_EPSILON: ADAMW_EPS,
-        constants.OPT_ADAMW_WEIGHT_DECAY: cfg.weight_decay,
-        constants.OPT_GRADIENT_CLIP_NORM: cfg.clip_norm,
-        constants.LORA_ALPHA: int(cfg.lora_alpha) if cfg.lora_alpha.is_integer() else cfg.lora_alpha,  # 32
-        "lora_rank": cfg.lora_rank,
-        "lora_dropout": cfg.lora_dropout,
-        "target_accuracy": cfg.target,
-    })  # fmt: skip
+    mllog.hyperparameters(
+        {
+            constants.GLOBAL_BATCH_SIZE: gbs,
+            constants.GRADIENT_ACCUMULATION_STEPS: par.grad_accum,
+            constants.TRAIN_SAMPLES: train,
+            constants.EVAL_SAMPLES: valid,
+            constants.MAX_SEQUENCE_LENGTH: cfg.seq_length,
+            constants.OPT_NAME: "adamw",
+            constants.OPT_BASE_LR: cfg.lr,
+            constants.OPT_LR_WARMUP_FACTOR: cfg.warmup_ratio,
+            constants.OPT_LR_TRAINING_STEPS: cfg.max_steps,
+            constants.OPT_LR_DECAY_SCHEDULE: cfg.lr_schedule(),
+            constants.OPT_ADAMW_BETA_1: ADAMW_BETAS[0],
+            constants.OPT_ADAMW_BETA_2: ADAMW_BETAS[1],
+            constants.OPT_ADAMW_EPSILON: ADAMW_EPS,
+            constants.OPT_ADAMW_WEIGHT_DECAY: cfg.weight_decay,
+            constants.OPT_GRADIENT_CLIP_NORM: cfg.clip_norm,
+            constants.LORA_ALPHA: int(cfg.lora_alpha)
+            if cfg.lora_alpha.is_integer()
+            else cfg.lora_alpha,  # 32
+            "lora_rank": cfg.lora_rank,
+            "lora_dropout": cfg.lora_dropout,
+            "target_accuracy": cfg.target,
+        }
+    )
     deviations = cfg.deviations(official_model)
     if deviations:
         print(f"lora: {', '.join(deviations)}: this run is NOT a valid MLPerf result", file=sys.stderr)

@@ -131,8 +131,15 @@ class LlamaPretrainConfig(LlamaRunSettings):
             raise ConfigError("; ".join(problems))
         shape = self.model_shape()
         tp, pp, cp = self.model_layout()
-        problems += feature_problems(tp, pp, cp, self.fp8_backend if self.fp8 else None, self.compile,
-                                     self.seq_length, shape.num_layers)  # fmt: skip
+        problems += feature_problems(
+            tp,
+            pp,
+            cp,
+            self.fp8_backend if self.fp8 else None,
+            self.compile,
+            self.seq_length,
+            shape.num_layers,
+        )
         problems += shape_problems(shape, tp)
         if problems:
             raise ConfigError("; ".join(problems))
@@ -275,8 +282,10 @@ class LlamaPretrainConfig(LlamaRunSettings):
             return [f"MODEL={self.model_dir}: {config.name} cannot be read ({err})"]
         have = self.model_shape().vocab_size
         if vocab is not None and vocab != have:
-            return [f"MODEL={self.model_dir}: its config.json has vocab_size {vocab}, the model here {have}: "
-                    "not the tokenizer the C4 data was made with"]  # fmt: skip
+            return [
+                f"MODEL={self.model_dir}: its config.json has vocab_size {vocab}, the model here {have}: "
+                "not the tokenizer the C4 data was made with"
+            ]
         return []
 
 

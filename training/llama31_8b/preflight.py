@@ -55,7 +55,13 @@ def report() -> list[tuple[str, str]]:
     from training.llama.attention import choose_attention
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    optimizer = "AdamW: ours in Triton where it matches torch's fused" if device.type == "cuda" else (
-        "AdamW: torch foreach")  # fmt: skip
-    return [("attention (auto)", choose_attention("auto", device)),
-            ("fp8 backend (auto)", auto_backend()), ("optimizer", optimizer)]  # fmt: skip
+    optimizer = (
+        "AdamW: ours in Triton where it matches torch's fused"
+        if device.type == "cuda"
+        else ("AdamW: torch foreach")
+    )
+    return [
+        ("attention (auto)", choose_attention("auto", device)),
+        ("fp8 backend (auto)", auto_backend()),
+        ("optimizer", optimizer),
+    ]

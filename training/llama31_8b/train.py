@@ -55,13 +55,23 @@ def main() -> outcome.Outcome:
         _, step, applied = build_run(spec, info.device, mesh, par)
     except ValueError as err:  # a kernel or backend asked for cannot run here or with this layout
         raise ConfigError(str(err)) from None
-    chosen = {"platform": backends.platform_name(), "precision": applied.precision,
-              "attention": applied.attention, **applied.lines(),
-              "optimizer": f"AdamW ({applied.optimizer})"}  # fmt: skip
+    chosen = {
+        "platform": backends.platform_name(),
+        "precision": applied.precision,
+        "attention": applied.attention,
+        **applied.lines(),
+        "optimizer": f"AdamW ({applied.optimizer})",
+    }
     run.log_backends(chosen)
     run.log_disclosure(applied.disclosure(par, cfg.micro_batch_size))
-    run.write_config({"parallelism": vars(par), "backends": chosen, "deviations": cfg.deviations(),
-                      "model_shape": str(shape)})  # fmt: skip
+    run.write_config(
+        {
+            "parallelism": vars(par),
+            "backends": chosen,
+            "deviations": cfg.deviations(),
+            "model_shape": str(shape),
+        }
+    )
     warm_up(step, cfg.synthetic_warmup_steps, cfg.micro_batch_size, cfg.seq_length, shape.vocab_size)
     dp_rank = info.rank // (par.pp * par.tp * par.cp)  # the ranks of a PP, TP or CP group read the same data
     # read once, at the first evaluation

@@ -64,8 +64,10 @@ def apply_lora(model: nn.Module, settings: LoraSettings | None, device: torch.de
     if settings is None:
         return "off"
     if settings.rank <= 0 or settings.alpha <= 0 or not 0 <= settings.dropout < 1:
-        raise ValueError(f"LoRA rank {settings.rank}, alpha {settings.alpha}, dropout {settings.dropout}: "
-                         "rank and alpha must be > 0, dropout in [0, 1)")  # fmt: skip
+        raise ValueError(
+            f"LoRA rank {settings.rank}, alpha {settings.alpha}, dropout {settings.dropout}: "
+            "rank and alpha must be > 0, dropout in [0, 1)"
+        )
     for p in model.parameters():
         p.requires_grad_(False)
     blocks = attention_modules(model)
@@ -78,9 +80,11 @@ def apply_lora(model: nn.Module, settings: LoraSettings | None, device: torch.de
         attn.qkv_adapter = LoraAdapter(attn.q_proj.in_features, qkv_out, settings, at, kernel)
         attn.o_adapter = LoraAdapter(attn.o_proj.in_features, attn.o_proj.out_features, settings, at, kernel)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return (f"LoRA rank {settings.rank}, alpha {settings.alpha:g}, dropout {settings.dropout:g} on the fused "
-            f"q|k|v and the output projection of {len(blocks)} blocks: {trainable:,} trainable parameters, "
-            f"the rest frozen; dropout and A: {chosen}")  # fmt: skip
+    return (
+        f"LoRA rank {settings.rank}, alpha {settings.alpha:g}, dropout {settings.dropout:g} on the fused "
+        f"q|k|v and the output projection of {len(blocks)} blocks: {trainable:,} trainable parameters, "
+        f"the rest frozen; dropout and A: {chosen}"
+    )
 
 
 def reset_lora(model: nn.Module) -> None:

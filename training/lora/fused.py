@@ -33,8 +33,12 @@ else:
 def fits(x: torch.Tensor, rank: int) -> bool:
     """Whether the kernels take this input and rank: bf16 / fp16 on a GPU, features a multiple of 128 (the
     kernels' column tile), rank 16, 32 or 64 (the tensor cores' tile)."""
-    return (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and x.shape[-1] % kernels.COLS == 0
-            and rank in (16, 32, 64))  # fmt: skip
+    return (
+        x.is_cuda
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and x.shape[-1] % kernels.COLS == 0
+        and rank in (16, 32, 64)
+    )
 
 
 def lora_down(x: torch.Tensor, weight: torch.Tensor, p: float) -> torch.Tensor:

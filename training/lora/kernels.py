@@ -67,8 +67,20 @@ def _dropped(x_ptr, rows, in_rows, cols, K, keep):
 
 
 @triton.jit
-def _down_kernel(x_ptr, a_ptr, seed_ptr, out_ptr, M, K, threshold, scale, tiles_per_split,
-                 R: tl.constexpr, BM: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
+def _down_kernel(
+    x_ptr,
+    a_ptr,
+    seed_ptr,
+    out_ptr,
+    M,
+    K,
+    threshold,
+    scale,
+    tiles_per_split,
+    R: tl.constexpr,
+    BM: tl.constexpr,
+    COLS: tl.constexpr,
+):
     """Row tile, column range `split`: the range's float32 partial of the product."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
     split = tl.program_id(1)
@@ -85,8 +97,22 @@ def _down_kernel(x_ptr, a_ptr, seed_ptr, out_ptr, M, K, threshold, scale, tiles_
 
 
 @triton.jit
-def _backward_kernel(g_ptr, x_ptr, a_ptr, seed_ptr, dx_ptr, da_ptr, M, K, threshold, scale, tiles_per_split,
-                     R: tl.constexpr, BM: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
+def _backward_kernel(
+    g_ptr,
+    x_ptr,
+    a_ptr,
+    seed_ptr,
+    dx_ptr,
+    da_ptr,
+    M,
+    K,
+    threshold,
+    scale,
+    tiles_per_split,
+    R: tl.constexpr,
+    BM: tl.constexpr,
+    COLS: tl.constexpr,
+):
     """Column tile j, row tiles of one split: x's gradient ((g @ A) * keep * scale, stored) and the split's
     partial of A's gradient (g^T @ the dropped x, times scale)."""
     j, split = tl.program_id(0), tl.program_id(1)
@@ -119,9 +145,20 @@ def dropout_down(x: torch.Tensor, a: torch.Tensor, seed: torch.Tensor, p: float)
     splits = math.gcd(launch.forward_split, k // COLS)
     partial = torch.empty((splits, m, a.shape[0]), dtype=torch.float32, device=x.device)
     wrap_triton(_down_kernel)[(triton.cdiv(m, launch.rows), splits)](
-        x, a, seed, partial, m, k, _threshold(p), 1.0 / (1.0 - p), k // COLS // splits,
-        R=a.shape[0], BM=launch.rows, COLS=COLS, num_warps=launch.warps,
-    )  # fmt: skip
+        x,
+        a,
+        seed,
+        partial,
+        m,
+        k,
+        _threshold(p),
+        1.0 / (1.0 - p),
+        k // COLS // splits,
+        R=a.shape[0],
+        BM=launch.rows,
+        COLS=COLS,
+        num_warps=launch.warps,
+    )
     return partial.sum(0).to(x.dtype)
 
 
@@ -137,9 +174,22 @@ def dropout_down_backward(
     partial = torch.empty((launch.split, r, k), dtype=torch.float32, device=x.device)
     tiles = triton.cdiv(triton.cdiv(m, launch.rows), launch.split)
     wrap_triton(_backward_kernel)[(k // COLS, launch.split)](
-        g, x, a, seed, dx, partial, m, k, _threshold(p), 1.0 / (1.0 - p), tiles,
-        R=r, BM=launch.rows, COLS=COLS, num_warps=launch.warps,
-    )  # fmt: skip
+        g,
+        x,
+        a,
+        seed,
+        dx,
+        partial,
+        m,
+        k,
+        _threshold(p),
+        1.0 / (1.0 - p),
+        tiles,
+        R=r,
+        BM=launch.rows,
+        COLS=COLS,
+        num_warps=launch.warps,
+    )
     return dx, partial.sum(0)
 
 

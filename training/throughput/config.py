@@ -41,8 +41,15 @@ LLM_KEYS = {
     "rope_base": "rope_theta",
     "window_size": "sliding_window",
 }
-LLM_REQUIRED = ("num_layers", "num_heads", "num_kv_heads", "embedding_dim", "hidden_dim", "vocab_size",
-                "max_seq_len")  # fmt: skip
+LLM_REQUIRED = (
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "embedding_dim",
+    "hidden_dim",
+    "vocab_size",
+    "max_seq_len",
+)
 LLM_EXTRA = ("name", "arch_name", "rope_scaling")
 LLM_KINDS = {
     **dict.fromkeys(LLM_REQUIRED, "int"),
@@ -82,13 +89,26 @@ class FluxSpec:
 
 # FluxTransformer2DModel's arguments this suite knows (diffusers 0.3x), and what each must be
 FLUX_TRANSFORMER = {
-    "patch_size": "int", "in_channels": "int", "out_channels": "int?", "num_layers": "int",
-    "num_single_layers": "int", "attention_head_dim": "int", "num_attention_heads": "int",
-    "joint_attention_dim": "int", "pooled_projection_dim": "int", "guidance_embeds": "bool",
+    "patch_size": "int",
+    "in_channels": "int",
+    "out_channels": "int?",
+    "num_layers": "int",
+    "num_single_layers": "int",
+    "attention_head_dim": "int",
+    "num_attention_heads": "int",
+    "joint_attention_dim": "int",
+    "pooled_projection_dim": "int",
+    "guidance_embeds": "bool",
     "axes_dims_rope": "ints",
-}  # fmt: skip
-KINDS = {"int": "a positive integer", "int?": "a positive integer or null", "number": "a positive number",
-         "bool": "true or false", "ints": "a list of positive integers", "text": "a string"}  # fmt: skip
+}
+KINDS = {
+    "int": "a positive integer",
+    "int?": "a positive integer or null",
+    "number": "a positive number",
+    "bool": "true or false",
+    "ints": "a list of positive integers",
+    "text": "a string",
+}
 
 
 def _read_json(path: Path) -> dict:
@@ -104,8 +124,10 @@ def _read_json(path: Path) -> dict:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
-                          "not a JSON model config") from None  # fmt: skip
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
+            "not a JSON model config"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
@@ -269,8 +291,10 @@ class _Parser(argparse.ArgumentParser):
             words = message.split(":", 1)[1].split()
             flags = [w.split("=")[0] for w in words if w.startswith("--")]
             known = [o for a in self._actions for o in a.option_strings]
-            hints = [f" (did you mean {m[0]}?)" if (m := difflib.get_close_matches(f, known, n=1)) else ""
-                     for f in flags]  # fmt: skip
+            hints = [
+                f" (did you mean {m[0]}?)" if (m := difflib.get_close_matches(f, known, n=1)) else ""
+                for f in flags
+            ]
             if flags:
                 message = "unknown flag " + ", ".join(f + h for f, h in zip(flags, hints))
         raise ConfigError(message)
@@ -288,8 +312,13 @@ configs/throughput/tiny-llama.json."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="train_fsdp.py", usage=USAGE, description=DESCRIPTION, allow_abbrev=False,
-                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = _Parser(
+        prog="train_fsdp.py",
+        usage=USAGE,
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config_file", type=Path, help="a JSON model config (configs/throughput/*.json)")
     p.add_argument("model_type", help=" | ".join(MODEL_TYPES))
 
@@ -305,18 +334,35 @@ def parser() -> argparse.ArgumentParser:
         add(name, aliases, **kw)
 
     def switch(name: str, default: bool, help: str):
-        add(name, (), nargs="?", const=True, default=default, type=_bool(f"--{name}"), metavar="True|False",
-            help=help)  # fmt: skip
+        add(
+            name,
+            (),
+            nargs="?",
+            const=True,
+            default=default,
+            type=_bool(f"--{name}"),
+            metavar="True|False",
+            help=help,
+        )
 
     flag("batch_size", type=_batch, default=1, help="per GPU per iteration, or auto: the largest that fits")
     switch("enable_fp8", False, "FP8 matmuls in the transformer blocks")
-    flag("num_iteration", type=_positive("--num_iteration"), default=None,
-         help="iterations (micro-batches); the first half warm up (default 128, FLUX 20)")  # fmt: skip
+    flag(
+        "num_iteration",
+        type=_positive("--num_iteration"),
+        default=None,
+        help="iterations (micro-batches); the first half warm up (default 128, FLUX 20)",
+    )
     flag("seed", type=int, default=1024)
     flag("seq_len", type=_positive("--seq_len"), default=None, help="default: the config's max_seq_len")
-    flag("grad_accum", ("grad_accumlate_pre_steps",), type=_positive("--grad_accum"), default=None,
-         help="iterations per optimizer step (default 8 as AMD's script, whose name "
-              "--grad_accumlate_pre_steps works too; FLUX 1)")  # fmt: skip
+    flag(
+        "grad_accum",
+        ("grad_accumlate_pre_steps",),
+        type=_positive("--grad_accum"),
+        default=None,
+        help="iterations per optimizer step (default 8 as AMD's script, whose name "
+        "--grad_accumlate_pre_steps works too; FLUX 1)",
+    )
     switch("enable_compile", True, "torch.compile each block (default True)")
     switch("activation_checkpointing", False, "recompute each block in backward (default False)")
     switch(
@@ -325,15 +371,27 @@ def parser() -> argparse.ArgumentParser:
         "reduce-scatter the gradients after every iteration, as AMD's FSDP1 (default True); False: once "
         "per optimizer step, the model's unsharded fp32 gradients held in between (4 bytes a parameter)",
     )
-    flag("fp8_backend", choices=FP8_BACKENDS, default="auto",
-         help="auto: Transformer Engine where importable, else ours (native) on NVIDIA GPUs and the CPU, "
-              "torchao on MI300-class GPUs")  # fmt: skip
-    flag("attention", choices=ATTENTIONS, default="auto",
-         help="the Llama models' attention kernel: auto (see the README), sdpa, cudnn (cuDNN's banded "
-              "SDPA for a window), flash_attn (FlashAttention-2), flash4 (FlashAttention-4)")  # fmt: skip
-    flag("num_layers", type=_positive("--num_layers"), default=None,
-         help="fewer blocks at the config's width (a multi-GPU model on fewer GPUs; FLUX: double blocks, "
-              "single ones twice as many)")  # fmt: skip
+    flag(
+        "fp8_backend",
+        choices=FP8_BACKENDS,
+        default="auto",
+        help="auto: Transformer Engine where importable, else ours (native) on NVIDIA GPUs and the CPU, "
+        "torchao on MI300-class GPUs",
+    )
+    flag(
+        "attention",
+        choices=ATTENTIONS,
+        default="auto",
+        help="the Llama models' attention kernel: auto (see the README), sdpa, cudnn (cuDNN's banded "
+        "SDPA for a window), flash_attn (FlashAttention-2), flash4 (FlashAttention-4)",
+    )
+    flag(
+        "num_layers",
+        type=_positive("--num_layers"),
+        default=None,
+        help="fewer blocks at the config's width (a multi-GPU model on fewer GPUs; FLUX: double blocks, "
+        "single ones twice as many)",
+    )
     flag("json", type=Path, default=None, help="also write the result as JSON here (checked before the run)")
     return p
 

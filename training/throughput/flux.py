@@ -139,9 +139,15 @@ def build(spec: ModelSpec, args: RunArgs, device: torch.device, mesh, world: int
                 noised = (1 - time[:, None, None]) * latents + time[:, None, None] * noise
                 with precision():
                     velocity = model(
-                        hidden_states=noised, encoder_hidden_states=text, pooled_projections=pooled,
-                        timestep=time, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance, return_dict=False,
-                    )[0]  # fmt: skip
+                        hidden_states=noised,
+                        encoder_hidden_states=text,
+                        pooled_projections=pooled,
+                        timestep=time,
+                        img_ids=img_ids,
+                        txt_ids=txt_ids,
+                        guidance=guidance,
+                        return_dict=False,
+                    )[0]
                 loss = F.mse_loss(velocity.float(), (noise - latents).float())
                 (loss / accum).backward()
                 total += loss.detach() / accum

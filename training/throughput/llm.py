@@ -54,8 +54,11 @@ def run_spec(spec: ModelSpec, args: RunArgs, attention: str) -> RunSpec:
     features = parallel.Features(
         fp8=fp8, activation_checkpointing=args.activation_checkpointing, compile=args.enable_compile
     )
-    step = StepSettings(clip_norm=CLIP_NORM, sync_each_micro_batch=args.reduce_each_iteration,
-                        hold_bf16_weights=args.bf16_weights)  # fmt: skip
+    step = StepSettings(
+        clip_norm=CLIP_NORM,
+        sync_each_micro_batch=args.reduce_each_iteration,
+        hold_bf16_weights=args.bf16_weights,
+    )
     return RunSpec(spec.shape, features, step, ADAMW, attention=attention)
 
 

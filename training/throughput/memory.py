@@ -71,17 +71,23 @@ def check_fits(spec: ModelSpec, world: int, on_gpu: bool, memory: float, where: 
     if need <= memory:
         return
     per = "GPU" if on_gpu else "process"
-    floor = (f"its weights, gradients and AdamW state alone need {need / GIB:.1f} GiB per {per} "
-             f"({params / 1e9:.2f} B parameters x {STATE_BYTES} bytes over {world} rank(s))")  # fmt: skip
+    floor = (
+        f"its weights, gradients and AdamW state alone need {need / GIB:.1f} GiB per {per} "
+        f"({params / 1e9:.2f} B parameters x {STATE_BYTES} bytes over {world} rank(s))"
+    )
     short = f"does not fit: needs {need / GIB:.1f} GiB per {per} for its state alone"
     if on_gpu:
-        raise CannotFit(f"{spec.name} does not fit on {where}: {floor}; use more GPUs (--nproc_per_node) or "
-                        "fewer blocks (--num_layers N)",
-                        f"{short}, {memory / GIB:.1f} GiB a GPU")  # fmt: skip
+        raise CannotFit(
+            f"{spec.name} does not fit on {where}: {floor}; use more GPUs (--nproc_per_node) or "
+            "fewer blocks (--num_layers N)",
+            f"{short}, {memory / GIB:.1f} GiB a GPU",
+        )
     try_it = f"torchrun --nproc_per_node=2 train_fsdp.py {TRY_ON_CPU} llama"
-    raise CannotFit(f"no GPU here, and {spec.name} cannot run on this CPU: {floor}, more than {where}. The "
-                    f"suite measures GPUs; to try it on a CPU: {try_it}",
-                    f"no GPU here; {short}, {memory / GIB:.1f} GiB available")  # fmt: skip
+    raise CannotFit(
+        f"no GPU here, and {spec.name} cannot run on this CPU: {floor}, more than {where}. The "
+        f"suite measures GPUs; to try it on a CPU: {try_it}",
+        f"no GPU here; {short}, {memory / GIB:.1f} GiB available",
+    )
 
 
 def check_this_node(spec: ModelSpec, world: int, local_ranks: int) -> None:
@@ -91,8 +97,10 @@ def check_this_node(spec: ModelSpec, world: int, local_ranks: int) -> None:
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count and local_ranks > count:
-        raise CannotFit(f"{local_ranks} processes on this node but {count} GPU(s) visible: start at most "
-                        f"{count} (--nproc_per_node)")  # fmt: skip
+        raise CannotFit(
+            f"{local_ranks} processes on this node but {count} GPU(s) visible: start at most "
+            f"{count} (--nproc_per_node)"
+        )
     gpu = torch.cuda.get_device_properties(0) if count else None
     memory, where = available_memory(count, local_ranks, gpu)
     check_fits(spec, world, gpu is not None, memory, where)

@@ -187,13 +187,20 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
     on_gpu = device.type == "cuda"
     per = "GPU" if on_gpu else "process"  # a CPU run's figures are per process
     if not on_gpu:
-        say("no GPU here: running on the CPU in fp32 with gloo, to try the command; its figures are per "
-            "process and not comparable with AMD's, which are per GPU", flush=True)  # fmt: skip
-    say(f"{spec.name} ({spec.path}, {spec.model_type}): {world} x {gpu}, {seq}batch {batch} "
+        say(
+            "no GPU here: running on the CPU in fp32 with gloo, to try the command; its figures are per "
+            "process and not comparable with AMD's, which are per GPU",
+            flush=True,
+        )
+    say(
+        f"{spec.name} ({spec.path}, {spec.model_type}): {world} x {gpu}, {seq}batch {batch} "
         f"per {per}, {args.grad_accum} iteration(s) per optimizer step, {args.steps} steps "
-        f"({args.warmup_steps} to warm up)", flush=True)  # fmt: skip
-    conf = [f"{k}={os.environ[k]}" for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
-            if k in os.environ]  # fmt: skip
+        f"({args.warmup_steps} to warm up)",
+        flush=True,
+    )
+    conf = [
+        f"{k}={os.environ[k]}" for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF") if k in os.environ
+    ]
     workload.backends["allocator"] = ", ".join(conf) or "PyTorch's default"
     for key, value in {**workload.backends, **({"batch_size": sizing} if sizing else {})}.items():
         say(f"  {key}: {value}")
@@ -214,12 +221,15 @@ def measure(spec: ModelSpec, args: RunArgs, info: dist.DistInfo) -> dict:
         rates = {k: rate * f / 1e12 for k, f in workload.flops_per_item.items()}
         first, last = i * args.grad_accum + 1, (i + 1) * args.grad_accum
         span = f"iteration {last}" if first == last else f"iterations {first}-{last}"
-        say(f"step {i + 1}/{args.steps} ({span}/{args.num_iteration}) loss {loss:.4f} | "
+        say(
+            f"step {i + 1}/{args.steps} ({span}/{args.num_iteration}) loss {loss:.4f} | "
             f"{times[-1] / args.grad_accum:.3f} s/iteration | "
             f"{rate * workload.tokens_per_item:,.0f} tokens/s/{per}"
             + "".join(f" | {fmt(v)} TFLOP/s/{per} ({k})" for k, v in rates.items())
-            + f" | ETA {clock(eta)}" + (" (warm-up)" if i < args.warmup_steps else ""),
-            flush=True)  # fmt: skip
+            + f" | ETA {clock(eta)}"
+            + (" (warm-up)" if i < args.warmup_steps else ""),
+            flush=True,
+        )
     measured = times[args.warmup_steps :]
     step_s = statistics.mean(measured)  # the mean, as AMD's script
     rate = per_step / step_s

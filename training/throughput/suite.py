@@ -59,22 +59,38 @@ def _positive(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="train_fsdp.py --suite", usage="python train_fsdp.py --suite [flags] [-- row flags]",
-                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                allow_abbrev=False)  # fmt: skip
+    p = _Parser(
+        prog="train_fsdp.py --suite",
+        usage="python train_fsdp.py --suite [flags] [-- row flags]",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     p.add_argument(
         "--nproc_per_node", type=_positive, default=None, help="GPUs (default: all visible; CPU: 1)"
     )
-    p.add_argument("--output_dir", type=Path, default=None,
-                   help="the rows' logs and the table (default: results/throughput/<time>)")  # fmt: skip
+    p.add_argument(
+        "--output_dir",
+        type=Path,
+        default=None,
+        help="the rows' logs and the table (default: results/throughput/<time>)",
+    )
     p.add_argument("--configs", type=Path, default=ROOT / "configs" / "throughput", help="the JSON configs")
-    p.add_argument("--batch_size", default="table",
-                   help="table (AMD's batch for the reference GPU), auto, or one number for all")  # fmt: skip
+    p.add_argument(
+        "--batch_size",
+        default="table",
+        help="table (AMD's batch for the reference GPU), auto, or one number for all",
+    )
     p.add_argument("--only", default="", help="comma-separated parts of row names (e.g. '8B,Mistral')")
-    p.add_argument("--gpu", choices=sorted(published.TABLES), default=None,
-                   help="the table to reproduce (default: the detected GPU's, else the closest)")  # fmt: skip
-    p.add_argument("extra", nargs=argparse.REMAINDER,
-                   help="after --: flags for every row (e.g. -- --num_iteration 64)")  # fmt: skip
+    p.add_argument(
+        "--gpu",
+        choices=sorted(published.TABLES),
+        default=None,
+        help="the table to reproduce (default: the detected GPU's, else the closest)",
+    )
+    p.add_argument(
+        "extra", nargs=argparse.REMAINDER, help="after --: flags for every row (e.g. -- --num_iteration 64)"
+    )
     return p
 
 
@@ -86,8 +102,16 @@ def row_id(row: published.Row) -> str:
 def row_argv(row: published.Row, args, out: Path) -> list[str]:
     """train_fsdp.py's arguments for `row`."""
     batch = str(row.batch) if args.batch_size == "table" else args.batch_size
-    argv = [str(args.configs / row.config), row.model_type, "--batch_size", batch, "--enable_fp8",
-            str(row.precision == "fp8"), "--json", str(out / f"{row_id(row)}.json")]  # fmt: skip
+    argv = [
+        str(args.configs / row.config),
+        row.model_type,
+        "--batch_size",
+        batch,
+        "--enable_fp8",
+        str(row.precision == "fp8"),
+        "--json",
+        str(out / f"{row_id(row)}.json"),
+    ]
     return argv + [a for a in args.extra if a != "--"]
 
 
@@ -102,8 +126,9 @@ def run_row(cmd: list[str], log: Path) -> int:
     its processes are stopped before this returns."""
     report = TorchrunReport()
     with log.open("w", buffering=1) as sink:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True
+        )
         try:
             for line in proc.stdout:
                 sink.write(line)
@@ -250,16 +275,21 @@ def main(argv: list[str]) -> int:
     ]
     try:
         if not rows:
-            raise ConfigError(f"--only {args.only!r} matches no row of the {gpu} table: its rows are "
-                              f"{', '.join(row_id(r) for r in published.TABLES[gpu])}")  # fmt: skip
+            raise ConfigError(
+                f"--only {args.only!r} matches no row of the {gpu} table: its rows are "
+                f"{', '.join(row_id(r) for r in published.TABLES[gpu])}"
+            )
         specs = {row_id(r): model_for(parse_args(row_argv(r, args, out))) for r in rows}  # every row's flags
         check_writable(out, "--output_dir", folder=True, probe=True)
     except ConfigError as err:
         print(f"train_fsdp.py --suite: error: {err}", file=sys.stderr)
         return 2
     per = "GPU" if gpus else "process"
-    print(f"train_fsdp.py --suite: {len(rows)} row(s) of the {gpu} table ({why}) on {nproc} x {name}; "
-          f"results in {out}", flush=True)  # fmt: skip
+    print(
+        f"train_fsdp.py --suite: {len(rows)} row(s) of the {gpu} table ({why}) on {nproc} x {name}; "
+        f"results in {out}",
+        flush=True,
+    )
     results: list[dict] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -279,11 +309,21 @@ def main(argv: list[str]) -> int:
         done = len(results)
         if done < len(rows):
             row = rows[done]
-            results.append({"row": vars(row), "command": command(row, args, nproc, out), "result": None,
-                            "error": f"stopped by {signal.Signals(signum).name}"})  # fmt: skip
+            results.append(
+                {
+                    "row": vars(row),
+                    "command": command(row, args, nproc, out),
+                    "result": None,
+                    "error": f"stopped by {signal.Signals(signum).name}",
+                }
+            )
         text = write_tables(out, results, gpu, why, name, per)
-        print(f"\n{text}\ntrain_fsdp.py --suite: stopped by {signal.Signals(signum).name}; the table of the "
-              f"rows before is in {out / 'throughput.md'}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"\n{text}\ntrain_fsdp.py --suite: stopped by {signal.Signals(signum).name}; the table of the "
+            f"rows before is in {out / 'throughput.md'}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signum
     finally:
         for s, handler in previous.items():
