@@ -35,6 +35,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +47,9 @@ from perf.lib.bert_rows import ROWS as DEFAULT_ROWS
 from perf.lib.timing import print_profile
 from training.bert import data
 from training.bert.attention import choose_attention
-from training.bert.build import apply_compile, apply_data_parallel, autocast_context, fp8_settings
+from training.bert.build import LambSettings, RunSpec, build_run, fp8_settings
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step
-from training.bert.optim import Lamb, param_groups
-from training.bert.step import train_step
 from training.common import dist
-from training.fp8 import apply_fp8
 
 ROWS = DEFAULT_ROWS  # --rows changes it
 
@@ -63,61 +61,55 @@ def time_steps(step_fn, warmup: int, steps: int) -> list[float]:
 COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}
 MODIFIERS = (*COMPILE_MODES, "_bf16res", "_fastaccum")  # variant name suffixes (fastaccum: FP8_FAST_ACCUM=1)
 OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
+# our variants' run before their names change it: the trainer's build, bf16, LAMB at a fixed rate of 1e-4
+BENCH_RUN = RunSpec(BertShape(), LambSettings(lr=1e-4, betas=(0.6, 0.99)), precision="bf16")
 
 
-def bench_ours(
-    shape,
-    pool,
-    lens,
-    compiled: bool,
-    attention: str,
-    device,
-    warmup,
-    steps,
-    profile=False,
-    compile_mode: str | None = None,
-    precision: str = "bf16",
-    fp8_backend: str = "auto",
-    fuse_fp8: bool = True,
-    residual_dtype: torch.dtype | None = None,
-    fast_accum: bool = False,
-):
+def variant_spec(variant: str, shape: BertShape, attention: str) -> RunSpec:
+    """The run of one of our variants: eager, else compiled, with the modifiers its name carries."""
+    name = re.sub("|".join(MODIFIERS), "", variant.partition(":")[0])
+    backend = "native" if "native" in name else "auto"
+    return replace(
+        BENCH_RUN,
+        shape=shape,
+        attention=variant.partition(":")[2] or attention,
+        precision="fp8" if "fp8" in name else "bf16",
+        fp8=fp8_settings(backend, fuse_ffn=not name.endswith("unfused"), fast_accum="_fastaccum" in variant),
+        residual_dtype="bf16" if "_bf16res" in variant else "fp32",
+        compile=name != "eager",
+        compile_mode=next((m for k, m in COMPILE_MODES.items() if k in variant), "default"),
+    )
+
+
+def bench_ours(spec: RunSpec, pool, lens, warmup, steps, profile=False):
     torch.manual_seed(0)
     info = dist.init_distributed()
-    attention = choose_attention(attention)
-    model = BertForPackedPretraining(shape, attention).to(device)
-    model.set_residual_dtype(residual_dtype)
-    # the trainer's FP8 settings (each FFN fused with the native backend), or the FFNs linear by linear
-    settings = fp8_settings(fp8_backend, fuse_fp8, fast_accum=fast_accum) if precision == "fp8" else None
-    fp8 = apply_fp8(model, settings)
-    optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
-    train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
-    batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
+    model, step, chosen = build_run(spec, info)
+    batches = [data.pad_static(b, ROWS) if spec.compile else b for b in pool]
     it = iter(batches * 10_000)
-    autocast = autocast_context(precision, device, fp8)
     torch.cuda.reset_peak_memory_stats()
     losses = []
 
-    def step():
-        losses.append(train_step(train_model, optimizer, it, 1, autocast, info))
+    def one_step():
+        losses.append(step(it))
 
     t0 = time.perf_counter()
     for _ in range(warmup):
-        step()
+        one_step()
     warm_s = time.perf_counter() - t0
-    times = time_steps(step, 0, steps)
+    times = time_steps(one_step, 0, steps)
     if profile:
-        print_profile(step)
+        print_profile(one_step)
     seqs = [b.num_sequences for b in pool]
     masked = sum(int((b.mlm_labels >= 0).sum()) for b in pool)
-    flops = flops_per_step(shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
+    flops = flops_per_step(spec.shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
     # Every rank steps in lockstep (DDP): the job's samples per step are world_size times one rank's.
     return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
             "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
             "first_loss": float(losses[0]), "losses": parity.as_floats(losses),
             "spread_ms": [min(times), max(times)],
-            "fp8": fp8.description, "attention": attention}  # fmt: skip
+            "fp8": chosen["fp8"], "attention": chosen["attention"]}  # fmt: skip
 
 
 def bench_hf(shape, device, warmup, steps, rng):
@@ -227,18 +219,9 @@ def main() -> int:
     for variant in variants:
         if variant == "hf":
             runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif (name := re.sub("|".join(MODIFIERS), "", variant.partition(":")[0])) in OURS:
-            mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
-            residual = torch.bfloat16 if "_bf16res" in variant else None
-            runs[variant] = bench_ours(shape, pool, lens, name != "eager",
-                                       variant.partition(":")[2] or args.attention, device,
-                                       args.warmup, args.steps, args.profile,
-                                       compile_mode=mode,
-                                       precision="fp8" if "fp8" in name else "bf16",
-                                       fp8_backend="native" if "native" in name else "auto",
-                                       fuse_fp8=not name.endswith("unfused"),
-                                       residual_dtype=residual,
-                                       fast_accum="_fastaccum" in variant)  # fmt: skip
+        elif re.sub("|".join(MODIFIERS), "", variant.partition(":")[0]) in OURS:
+            spec = variant_spec(variant, shape, args.attention)
+            runs[variant] = bench_ours(spec, pool, lens, args.warmup, args.steps, args.profile)
         else:
             raise SystemExit(f"unknown variant {variant}")
         r = runs[variant]
