@@ -16,13 +16,4 @@ for n in "${counts[@]}"; do
   "${PYTHON}" -m torch.distributed.run --standalone --nproc_per_node="${n}" -m perf.bench_bert \
     --variants "${VARIANT}" --steps 20 --warmup 6 2>&1 | grep -v Warn | tee "${out}/scaling_${n}gpu.log"
 done
-"${PYTHON}" - "${out}" "${VARIANT}" "${counts[@]}" <<'PY'
-import json, sys
-from pathlib import Path
-out, variant, counts = Path(sys.argv[1]), sys.argv[2], [int(n) for n in sys.argv[3:]]
-rate = {n: json.loads((out / ("bench_bert.json" if n == 1 else f"bench_bert_{n}gpu.json")).read_text())
-        ["runs"][variant]["samples_per_s"] for n in counts}
-print(f"\n{variant}\n| GPUs | samples/s | per GPU | scaling efficiency |\n|---|---|---|---|")
-for n in counts:
-    print(f"| {n} | {rate[n]:.0f} | {rate[n] / n:.0f} | {rate[n] / (n * rate[1]):.1%} |")
-PY
+"${PYTHON}" -m perf.logs scaling "${out}" "${VARIANT}" "${counts[@]}"

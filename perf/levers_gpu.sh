@@ -32,7 +32,7 @@ for s in ${stages}; do
   [[ " ${known} " == *" ${s} "* ]] || { echo "levers_gpu.sh: unknown stage ${s} (${known})" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
-gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+gpus="$(python3 -m perf.logs gpus)"
 ranks=(python3 -m torch.distributed.run --standalone)
 status=0 # a failed stage is reported at the end; the later stages still run
 stage() { [[ " ${stages} " == *" $1 "* ]]; }
