@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every single-GPU BERT measurement behind perf/RESULTS.md, in one call on the GPU machine:
-#   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, default eager, compiled, compiled +
-#           CUDA graphs, compiled FP8), side by side;
+#   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, ';'-separated 'LABEL: NAME=VALUE ...',
+#           default compiled, compiled + CUDA graphs, compiled FP8; eager the reference), side by side;
 #   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline)
-#           (DATA_VARIANT, default compiled: a bench_bert.py variant);
+#           (DATA_VARIANT: the variant's overrides, default COMPILE=1);
 #   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
 #           with a one-GPU config derived from config_H100_1x8x48.sh (RUNNER_SETTINGS: VAR=value overrides to
 #           match DATA_VARIANT), and its logged tracked_stats throughput against stage data's;
@@ -21,7 +21,10 @@ stages="${STAGES:-bench data runner curves}"
 work="$(mktemp -d)"
 
 if [[ ${stages} == *bench* ]]; then
-  "${PYTHON}" -m perf.bench_bert --variants "${BENCH_VARIANTS:-hf,eager,compiled,compiled_cudagraphs,compiled_fp8}" 2>&1 |
+  IFS=';' read -r -a listed <<<"${BENCH_VARIANTS:-compiled: COMPILE=1;cudagraphs: COMPILE=1 COMPILE_MODE=reduce-overhead;fp8: COMPILE=1 PRECISION=fp8}"
+  variants=()
+  for v in "${listed[@]}"; do variants+=(--variant "${v}"); done
+  "${PYTHON}" -m perf.bench_bert "${variants[@]}" 2>&1 |
     grep -v Warn |
     tee "${out}/bench.log"
   cp "${out}/bench_bert.json" "${out}/bench_synthetic.json"
@@ -30,7 +33,8 @@ fi
 ./input_preprocessing/prepare_data.sh --outputdir "${work}/bert_data" --packed-data --shards 8 \
   --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 500 > "${out}/prepare.log" 2>&1
 if [[ ${stages} == *data* ]]; then
-  "${PYTHON}" -m perf.bench_bert --variants "${DATA_VARIANT:-compiled}" --data "${work}/bert_data" --rows 50 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variant "data: ${DATA_VARIANT:-COMPILE=1}" --reference none --peer none \
+    --data "${work}/bert_data" --rows 50 2>&1 |
     grep -v Warn |
     tee "${out}/bench_data.log"
 fi
@@ -75,5 +79,5 @@ fi
 runner "${out}/runner" ${RUNNER_SETTINGS:-}
 # the runner's throughput, against stage data's on the same shards and rows where that stage ran
 against=()
-[[ ! -f ${out}/bench_data.log ]] || against=(--bench "${out}/bench_bert.json" --variant "${DATA_VARIANT:-compiled}")
+[[ ! -f ${out}/bench_data.log ]] || against=(--bench "${out}/bench_bert.json" --variant data)
 "${PYTHON}" -m perf.logs throughput "${out}/runner" "${against[@]}"

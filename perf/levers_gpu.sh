@@ -51,8 +51,8 @@ if stage llama; then
     --steps 8 --warmup 3
 fi
 if stage bert; then
-  run bert python3 -m perf.bench_bert \
-    --variants compiled_fp8native_cudagraphs_bf16res,compiled_fp8native_cudagraphs_bf16res_fastaccum --steps 20 --warmup 6
+  run bert python3 -m perf.bench_bert --config configs/bert/config_H100_1x8x48.sh --peer none \
+    --variant 'h100:' --variant 'fastaccum: FP8_FAST_ACCUM=1' --steps 20 --warmup 6
 fi
 if stage lora-one; then
   attn="${ATTN:-sdpa}"

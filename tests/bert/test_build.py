@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
 import torch
 
 from tests.bert.synthetic import TINY
@@ -71,3 +74,36 @@ def test_build_run_makes_what_the_spec_asks_for():
     built = [chosen[k] for k in logged if k != "fp8"]
     assert built == ["sdpa", "fp16", "lamb_foreach", "none", "fp32", "none"]
     assert chosen["loss_scale"] == "dynamic from 8.0"
+
+
+def test_bench_variants_are_the_config_plus_overrides():
+    from perf import bench_bert
+    from perf.lib import overrides
+
+    ap = argparse.ArgumentParser()
+    overrides.add_arguments(ap, bench_bert.DEFAULT_VARIANTS, bench_bert.REFERENCE)
+    args = ap.parse_args(
+        [
+            "--config",
+            "configs/bert/config_H100_1x8x48.sh",
+            "--variant",
+            "h100:",
+            "--variant",
+            "fastaccum: FP8_FAST_ACCUM=1",
+        ]
+    )
+    specs = bench_bert.variant_specs(overrides.from_args(args, ["hf:"]), args.config, 48, SHAPE)
+    assert list(specs) == ["eager", "h100", "fastaccum"]  # the reference first; the peer is not ours
+    h100 = specs["h100"]  # the config's mode, at the bench's fixed rate
+    assert (h100.compile, h100.compile_mode, h100.precision, h100.residual_dtype) == (
+        True,
+        "reduce-overhead",
+        "fp8",
+        "bf16",
+    )
+    assert h100.optimizer == build.LambSettings(1e-4, (0.60466, 0.85437), weight_decay=0.1)
+    assert h100.fp8.backend == "native" and not h100.fp8.fast_accum and specs["fastaccum"].fp8.fast_accum
+    eager = specs["eager"]  # the reference: eager bf16, whatever the config
+    assert (eager.compile, eager.precision, eager.residual_dtype) == (False, "bf16", "fp32")
+    with pytest.raises(overrides.OverrideError, match="takes no settings"):
+        bench_bert.variant_specs(overrides.from_args(args, ["hf: COMPILE=1"]), None, 48, SHAPE)
