@@ -21,10 +21,8 @@ stages="${STAGES:-bench data runner curves}"
 work="$(mktemp -d)"
 
 if [[ ${stages} == *bench* ]]; then
-  IFS=';' read -r -a listed <<<"${BENCH_VARIANTS:-compiled: COMPILE=1;cudagraphs: COMPILE=1 COMPILE_MODE=reduce-overhead;fp8: COMPILE=1 PRECISION=fp8}"
-  variants=()
-  for v in "${listed[@]}"; do variants+=(--variant "${v}"); done
-  "${PYTHON}" -m perf.bench_bert "${variants[@]}" 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variant "${BENCH_VARIANTS:-compiled: COMPILE=1; \
+cudagraphs: COMPILE=1 COMPILE_MODE=reduce-overhead; fp8: COMPILE=1 PRECISION=fp8}" 2>&1 |
     grep -v Warn |
     tee "${out}/bench.log"
   cp "${out}/bench_bert.json" "${out}/bench_synthetic.json"

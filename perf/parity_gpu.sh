@@ -7,8 +7,7 @@
 #   converge  python -m training.convergence for each benchmark's fastest mode, SEEDS seeds (CONVERGE)
 #   lora      perf/bench_lora.py with loss parity at LORA_LAYERS blocks (the rows of the FP8_WEIGHTS bug), once
 #             per row source in LORA_TEXTS (its --text: stream, the default; row; random), LORA_PROFILE kernels
-#   bert      perf/bench_bert.py with loss parity, BERT_VARIANTS (';'-separated 'LABEL: NAME=VALUE ...'), and the
-#             top GPU kernels of each (--profile)
+#   bert      perf/bench_bert.py with loss parity, BERT_VARIANTS, and the top GPU kernels of each (--profile)
 #   llama     perf/bench_llama.py with loss parity at LLAMA_LAYERS blocks of the 8B, LLAMA_VARIANTS, profiled
 # Each bench stage stops after STAGE_LIMIT seconds (default 590), so that a slow one leaves time to the next.
 # Usage (repo root): OUT=/some/dir [STAGES="tests curves"] bash perf/parity_gpu.sh
@@ -52,10 +51,9 @@ if [[ " ${stages} " == *" lora "* ]]; then
   done
 fi
 if [[ " ${stages} " == *" bert "* ]]; then
-  IFS=';' read -r -a listed <<<"${BERT_VARIANTS:-compiled: COMPILE=1;h100: COMPILE=1 COMPILE_MODE=reduce-overhead PRECISION=fp8 FP8_BACKEND=native RESIDUAL_DTYPE=bf16}"
-  variants=()
-  for v in "${listed[@]}"; do variants+=(--variant "${v}"); done
-  timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_bert --steps 20 --warmup 6 --profile "${variants[@]}" 2>&1 |
+  timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_bert --steps 20 --warmup 6 --profile \
+    --variant "${BERT_VARIANTS:-compiled: COMPILE=1; \
+h100: COMPILE=1 COMPILE_MODE=reduce-overhead PRECISION=fp8 FP8_BACKEND=native RESIDUAL_DTYPE=bf16}" 2>&1 |
     tee "${out}/bench_bert.log" | grep -v '^  [a-z0-9_:-]*: {' || status=1
 fi
 if [[ " ${stages} " == *" llama "* ]]; then

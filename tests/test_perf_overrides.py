@@ -30,6 +30,7 @@ def test_variant_label_defaults_to_its_overrides():
     )
     assert overrides.variant("PRECISION=fp8  COMPILE=1").label == "PRECISION=fp8 COMPILE=1"
     assert overrides.variant("").label == "base"
+    assert [v.label for v in overrides.variants(["a:; b: COMPILE=1;", "c:"])] == ["a", "b", "c"]
     with pytest.raises(overrides.OverrideError, match="given twice"):
         overrides.variants(["PRECISION=fp8", "a: COMPILE=1", "PRECISION=fp8"])
     with pytest.raises(overrides.OverrideError, match="label"):

@@ -4,21 +4,25 @@ A variant is written on the command line as
 
     'LABEL: NAME=VALUE NAME=VALUE ...'
 
-LABEL (one word, ending in a colon) names the variant in the results; without it the overrides, as written,
+LABEL (one word ending in a colon) names the variant in the results; without it the overrides, as written,
 name it (`base` when there are none). Each NAME is a variable of the benchmark's typed config (`PRECISION`,
 `FP8_BACKEND`, `COMPILE`, `ACTIVATION_CHECKPOINTING`, ...), so a row of results names the lines to paste into
-a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted.
+a config file. The words are split as the shell splits them (`shlex`), so a value may be quoted. One argument
+may hold several variants separated by `;` (`'bf16:; fp8: PRECISION=fp8'`), so one shell variable holds a
+list.
 
-Every bench that takes variants so has the same options (`add_arguments`): `--config FILE` (the base; default
+Every bench that takes variants has the same options (`add_arguments`): `--config FILE` (the base; default
 the benchmark's typed defaults), `--set 'NAME=VALUE ...'` (overrides every variant starts from, the reference
-included), `--variant '...'` (repeated, one per variant) and `--reference '...'` (the variant the others'
-losses are compared with, run first; `none`: none). A row of results records its variant's overrides, those
-of `--set` first.
+included), `--variant '...'` (repeatable) and `--reference '...'` (the variant the others' losses are
+compared with, run first; `none`: none). A row of results records its variant's overrides, those of `--set`
+first.
 
 A variant's config is built as the trainer builds its own: the benchmark's variables from a base (a shipped
 config file, sourced as `training.convergence` sources one, under the bench's own values for what a bench
 does not read: data folders, checkpoint, batch) with the overrides on top, through `from_env`, which
-answers a misspelt name with the nearest one.
+answers a misspelt name with the nearest one. (The model is torchtitan's `loss_compare.py`, whose
+`--baseline-options` / `--test-options` are its config's own flags; no library parses such variants, and the
+parsing here is `shlex` plus the config's own reading.)
 """
 
 from __future__ import annotations
@@ -55,31 +59,35 @@ class Variant:
 
     def words(self) -> str:
         """The overrides as config lines would set them, space-separated."""
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.overrides.items())
+        return words(self.overrides)
+
+
+def words(overrides: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in overrides.items())
 
 
 def variant(text: str) -> Variant:
     """A variant from its command-line form (`LABEL: NAME=VALUE ...`, the label optional)."""
     try:
-        words = shlex.split(text)
+        said = shlex.split(text)
     except ValueError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
     label = None
-    if words and words[0].endswith(":"):
-        label, words = words[0][:-1], words[1:]
+    if said and said[0].endswith(":"):
+        label, said = said[0][:-1], said[1:]
         if not label or "=" in label:
             raise OverrideError(f"variant {text!r}: the label before ':' must be one word without '='")
     try:
-        overrides = parse(words)
+        overrides = parse(said)
     except OverrideError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
-    named = Variant(label or "", overrides)
-    return Variant(label or named.words() or "base", overrides)
+    return Variant(label or words(overrides) or "base", overrides)
 
 
 def variants(texts: Sequence[str]) -> list[Variant]:
-    """Each text's variant; two with one label are an error (the results are keyed by label)."""
-    out = [variant(text) for text in texts]
+    """The variants of `texts` (each one or more, `;`-separated); two with one label are an error (the
+    results are keyed by label)."""
+    out = [variant(one) for text in texts for one in text.split(";") if one.strip()]
     labels = [v.label for v in out]
     if twice := sorted({label for label in labels if labels.count(label) > 1}):
         raise OverrideError(f"variant label(s) {', '.join(twice)} given twice: label each 'LABEL: ...'")
@@ -176,9 +184,8 @@ def from_args(args: argparse.Namespace, peers: Sequence[str] = ()) -> Plan:
     (its label and overrides) runs once; labels must otherwise differ."""
     common = variant(args.common).overrides
     reference = None if args.reference == "none" else variant(args.reference)
-    ours = [variant(text) for text in args.variants or args.default_variants]
-    ours = [v for v in ours if v != reference]
-    theirs = [variant(text) for text in peers]
+    ours = [v for v in variants(args.variants or args.default_variants) if v != reference]
+    theirs = variants(peers)
     found = ([reference] if reference else []) + ours + theirs
     labels = [v.label for v in found]
     if twice := sorted({label for label in labels if labels.count(label) > 1}):
