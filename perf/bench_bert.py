@@ -1,28 +1,27 @@
-"""BERT-Large training step on one GPU: ours (the trainer's own `train_step`) vs Hugging Face, same run.
+"""BERT-Large training step on one GPU: ours (the trainer's own build and step) vs Hugging Face, same run.
 
-    python -m perf.bench_bert [--variants hf,eager,compiled] [--steps 30] [--tiny] [--reference eager]
+    python -m perf.bench_bert [--config configs/bert/config_H100_1x8x48.sh] [--set 'NAME=VALUE ...']
+        [--variant 'fp8: COMPILE=1 PRECISION=fp8 FP8_BACKEND=native' ...] [--peer 'hf:' | --peer none]
+        [--reference 'LABEL: NAME=VALUE ...'] [--steps 30] [--warmup 8] [--tiny] [--rows 48] [--data DIR]
 
-Variants: hf; ours eager, compiled, compiled_fp8 (the trainer's PRECISION=fp8: FP8 matmuls in the encoder
-layers through Transformer Engine, else torchao float8 tensorwise), compiled_fp8native (our own
-delayed-scaling FP8 linear, training.fp8.native.Fp8Linear, each FFN fused into `FusedFp8MLP`),
-compiled_fp8native_unfused (the same, the FFN as two FP8 linears). In a compiled variant's name `_cudagraphs`
-adds torch.compile's CUDA graphs (mode reduce-overhead; e.g. compiled_fp8native_cudagraphs), `_maxautotune`
-mode max-autotune (CUDA graphs, GEMM autotuning, coordinate-descent tuning of the generated kernels),
-`_bf16res` the residual stream in bf16 (the trainer's RESIDUAL_DTYPE=bf16); `variant:attention` runs it with
-that attention (e.g. compiled:sdpa_cudnn), else --attention's.
+A variant is BERT's config (`--config`, else its typed defaults; `perf/lib/overrides.py`) with its own
+overrides in the config's names (COMPILE, COMPILE_MODE, PRECISION, FP8_BACKEND, FP8_FAST_ACCUM, FP8_CASTS,
+RESIDUAL_DTYPE, ATTENTION, OPT_LAMB_BETA_1, ...), built by the trainer's `build_run` (`BertConfig.run_spec`)
+and trained by its step at the rate LR (fixed: the bench runs no schedule). Each row records its overrides.
 
 Ours: BertForPackedPretraining, 48 packed 512-token rows per step, rows filled like the data pipeline's (1-3
-sequences, about 2 on average), 76 max predictions per sequence, LAMB, bf16 autocast. Peer:
-transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocast, AdamW(fused=True), 48 padded rows
-of one sequence each, MLM labels on 76 positions per row plus NSP. A sample is one unpacked sequence, as
-MLPerf counts. Times are CUDA-event medians after warm-up; inputs are random token ids (never zeros), rotated
-over a pool of batches. Prints a table last and writes JSON to $OUT/bench_bert.json when OUT is set.
+sequences, about 2 on average), 76 max predictions per sequence, LAMB. Peer (`--peer`, default `hf:`; it
+takes none of the settings): transformers.BertForPreTraining (attn_implementation="sdpa"), bf16 autocast,
+AdamW(fused=True), 48 padded rows of one sequence each, MLM labels on 76 positions per row plus NSP. A sample
+is one unpacked sequence, as MLPerf counts. Times are CUDA-event medians after warm-up; inputs are random
+token ids (never zeros), rotated over a pool of batches. Prints a table last and writes JSON to
+$OUT/bench_bert.json when OUT is set.
 
 Loss parity (`perf/lib/parity.py`): each of our variants' per-step losses (every step, warm-up included)
-against the reference variant's (`--reference`, run first, added when not listed: eager bf16 with PyTorch's
-SDPA), on the same initial weights (one seed) and the same batches in the same order. The peer trains other
-batches (one unpadded sequence per row) with AdamW: its losses are recorded, not compared
-(`perf/curve_parity.py bert` compares Hugging Face's model with ours on the same weights, batches and LAMB).
+against the reference variant's (`--reference`, run first: eager), on the same initial weights (one seed)
+and the same batches in the same order. The peer trains other batches (one unpadded sequence per row) with
+AdamW: its losses are recorded, not compared (`perf/curve_parity.py bert` compares Hugging Face's model with
+ours on the same weights, batches and LAMB).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -40,18 +38,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from perf.lib import parity, timing
+from perf.lib import overrides, parity, timing
 from perf.lib.bert_rows import MAX_PRED, SEQ, packed_rows
 from perf.lib.bert_rows import ROWS as DEFAULT_ROWS
 from perf.lib.timing import print_profile
 from training.bert import data
-from training.bert.attention import choose_attention
-from training.bert.build import apply_compile, apply_data_parallel, autocast_context, fp8_settings
+from training.bert.build import RunSpec, build_run
+from training.bert.config import BertConfig
 from training.bert.model import BertForPackedPretraining, BertShape, flops_per_step
-from training.bert.optim import Lamb, param_groups
-from training.bert.step import train_step
 from training.common import dist
-from training.fp8 import apply_fp8
 
 ROWS = DEFAULT_ROWS  # --rows changes it
 
@@ -60,64 +55,44 @@ def time_steps(step_fn, warmup: int, steps: int) -> list[float]:
     return timing.time_steps(step_fn, warmup, steps, torch.device("cuda", torch.cuda.current_device()))
 
 
-COMPILE_MODES = {"_cudagraphs": "reduce-overhead", "_maxautotune": "max-autotune"}
-MODIFIERS = (*COMPILE_MODES, "_bf16res", "_fastaccum")  # variant name suffixes (fastaccum: FP8_FAST_ACCUM=1)
-OURS = ("eager", "compiled", "compiled_fp8", "compiled_fp8native", "compiled_fp8native_unfused")
+# what the bench sets of BERT's required settings, which it does not read: no data, no checkpoint, its own
+# rows; LR is the fixed rate it trains at
+BENCH_VALUES = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MAX_STEPS": "1", "LR": "1e-4"}
+DEFAULT_VARIANTS = ("compiled: COMPILE=1",)
+DEFAULT_PEERS = ("hf:",)
+REFERENCE = "eager: COMPILE=0 PRECISION=bf16 RESIDUAL_DTYPE=fp32"
 
 
-def bench_ours(
-    shape,
-    pool,
-    lens,
-    compiled: bool,
-    attention: str,
-    device,
-    warmup,
-    steps,
-    profile=False,
-    compile_mode: str | None = None,
-    precision: str = "bf16",
-    fp8_backend: str = "auto",
-    fuse_fp8: bool = True,
-    residual_dtype: torch.dtype | None = None,
-    fast_accum: bool = False,
-):
+def bench_ours(spec: RunSpec, pool, lens, warmup, steps, profile=False) -> dict:
     torch.manual_seed(0)
     info = dist.init_distributed()
-    attention = choose_attention(attention)
-    model = BertForPackedPretraining(shape, attention).to(device)
-    model.set_residual_dtype(residual_dtype)
-    # the trainer's FP8 settings (each FFN fused with the native backend), or the FFNs linear by linear
-    settings = fp8_settings(fp8_backend, fuse_fp8, fast_accum=fast_accum) if precision == "fp8" else None
-    fp8 = apply_fp8(model, settings)
-    optimizer = Lamb(param_groups(model, 0.01), lr=1e-4, betas=(0.6, 0.99), compiled=compiled)
-    train_model = apply_compile(apply_data_parallel(model, info), compiled, compile_mode)
-    batches = [data.pad_static(b, ROWS) if compiled else b for b in pool]
+    model, step, chosen = build_run(spec, info)
+    batches = [data.pad_static(b, ROWS) if spec.compile else b for b in pool]
     it = iter(batches * 10_000)
-    autocast = autocast_context(precision, device, fp8)
     torch.cuda.reset_peak_memory_stats()
     losses = []
 
-    def step():
-        losses.append(train_step(train_model, optimizer, it, 1, autocast, info))
+    def one_step():
+        losses.append(step(it))
 
     t0 = time.perf_counter()
     for _ in range(warmup):
-        step()
+        one_step()
     warm_s = time.perf_counter() - t0
-    times = time_steps(step, 0, steps)
+    times = time_steps(one_step, 0, steps)
     if profile:
-        print_profile(step)
+        print_profile(one_step)
     seqs = [b.num_sequences for b in pool]
     masked = sum(int((b.mlm_labels >= 0).sum()) for b in pool)
-    flops = flops_per_step(shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
+    flops = flops_per_step(spec.shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
     # Every rank steps in lockstep (DDP): the job's samples per step are world_size times one rank's.
     return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
             "flops": flops, "world_size": info.world_size,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
             "first_loss": float(losses[0]), "losses": parity.as_floats(losses),
             "spread_ms": [min(times), max(times)],
-            "fp8": fp8.description, "attention": attention}  # fmt: skip
+            "compiled": spec.compile, "fp8_matmuls": chosen["precision"] == "fp8",
+            "fp8": chosen["fp8"], "attention": chosen["attention"]}  # fmt: skip
 
 
 def bench_hf(shape, device, warmup, steps, rng):
@@ -181,26 +156,35 @@ def check_fast_path(shape, pool, device, attention: str) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--variants", default="hf,eager,compiled")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    overrides.add_arguments(ap, DEFAULT_VARIANTS, REFERENCE)
+    ap.add_argument(
+        "--peer",
+        action="append",
+        default=None,
+        metavar="'LABEL:'",
+        help=f"Hugging Face's BERT, repeatable ('none': none; default: {DEFAULT_PEERS[0]!r})",
+    )
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model (smoke test of this script)")
-    ap.add_argument(
-        "--attention", default="auto", help="our attention implementation (see training.bert.attention)"
-    )
     ap.add_argument("--profile", action="store_true", help="print the top GPU kernels of our variants")
     ap.add_argument(
         "--data", type=Path, help="a prepared BERT data folder: time batches of its shards instead"
     )
     ap.add_argument("--rows", type=int, default=48, help="packed rows per step")
-    ap.add_argument("--reference", default="eager", help="the variant the others' losses are compared with")
     args = ap.parse_args()
+    shape = BertShape(num_hidden_layers=2) if args.tiny else BertShape()
+    try:  # every variant's config before anything runs: a bad one stops the call at once
+        plan = overrides.from_args(args, [] if args.peer == ["none"] else (args.peer or list(DEFAULT_PEERS)))
+        specs = variant_specs(plan, args.config, args.rows, shape)
+    except overrides.OverrideError as err:
+        raise SystemExit(f"bench_bert: {err}") from None
+    reference = plan.reference.label if plan.reference else "none"
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
     say = print if rank == 0 else (lambda *a, **k: None)  # torchrun: rank 0 reports
-    shape = BertShape(num_hidden_layers=2) if args.tiny else BertShape()
     rng = np.random.default_rng(rank)
     global ROWS
     ROWS = args.rows
@@ -218,63 +202,75 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "peak_tflops": timing.matmul_peak(device),
+        "config": str(args.config) if args.config else None,
     }
     say(f"{results['gpu']} torch {results['torch']}: bf16 matmul peak {results['peak_tflops']:.0f} TFLOP/s")
     runs = {}
-    variants = args.variants.split(",")
-    if args.reference != "none" and args.reference not in variants:
-        variants.insert(0, args.reference)
-    for variant in variants:
-        if variant == "hf":
-            runs[variant] = bench_hf(shape, device, args.warmup, args.steps, rng)
-        elif (name := re.sub("|".join(MODIFIERS), "", variant.partition(":")[0])) in OURS:
-            mode = next((m for k, m in COMPILE_MODES.items() if k in variant), None)
-            residual = torch.bfloat16 if "_bf16res" in variant else None
-            runs[variant] = bench_ours(shape, pool, lens, name != "eager",
-                                       variant.partition(":")[2] or args.attention, device,
-                                       args.warmup, args.steps, args.profile,
-                                       compile_mode=mode,
-                                       precision="fp8" if "fp8" in name else "bf16",
-                                       fp8_backend="native" if "native" in name else "auto",
-                                       fuse_fp8=not name.endswith("unfused"),
-                                       residual_dtype=residual,
-                                       fast_accum="_fastaccum" in variant)  # fmt: skip
+    for v in plan.runs:
+        peer = v.label in plan.peers
+        if peer:
+            r = bench_hf(shape, device, args.warmup, args.steps, rng)
         else:
-            raise SystemExit(f"unknown variant {variant}")
-        r = runs[variant]
+            r = bench_ours(specs[v.label], pool, lens, args.warmup, args.steps, args.profile)
         r["samples_per_s"] = r["samples_per_step"] / r["ms"] * 1e3
         r["tflops"] = r["flops"] / r["ms"] / 1e9
         r["mfu"] = r["tflops"] / results["peak_tflops"]
-        say(f"  {variant}: {json.dumps(r)}", flush=True)
+        runs[v.label] = {"model": "hf" if peer else "ours", "overrides": v.overrides, **r}
+        say(f"  {v.label}: {json.dumps(runs[v.label])}", flush=True)
         torch.cuda.empty_cache()
-    if any(v.startswith("compiled") for v in runs):
-        results["attention"] = choose_attention(args.attention)
+    if compiled := next((r for r in runs.values() if r.get("compiled")), None):
+        results["attention"] = compiled["attention"]
         results["compiled_vs_eager_loss_rel_diff"] = check_fast_path(
             shape, pool, device, results["attention"]
         )
     uniform = parity.uniform_loss(shape.vocab_size) + math.log(2)  # masked LM + next-sentence prediction
-    skip = {"hf": "other batches (one unpacked sequence per row) and AdamW"}
-    parity.check_all(runs, args.reference, uniform, skip)
+    skip = dict.fromkeys(plan.peers, "other batches (one unpacked sequence per row) and AdamW")
+    parity.check_all(runs, reference, uniform, skip)
     results["runs"] = runs
     if os.environ.get("OUT") and rank == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         name = "bench_bert.json" if world == 1 else f"bench_bert_{world}gpu.json"
         Path(os.environ["OUT"], name).write_text(json.dumps(results, indent=2))
-    base = runs.get("hf", {}).get("samples_per_s")
-    say(f"\nloss parity against {args.reference} (tolerance per step: {parity.TOLERANCE})")
-    say("| variant | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF | parity |")
-    say("|---|---|---|---|---|---|---|---|---|")
-    for name, r in runs.items():
-        ratio = parity.ratio_cell(r["samples_per_s"] / base if base else None, r.get("parity"))
-        say(f"| {name} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
-              f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} | "
-              f"{parity.column(r.get('parity'))} |")  # fmt: skip
+    print_table(runs, reference, say)
     if "compiled_vs_eager_loss_rel_diff" in results:
         say(
             f"compiled ({results['attention']}) vs eager (sdpa) loss, relative difference: "
             f"{results['compiled_vs_eager_loss_rel_diff']:.2e}"
         )
     return 0
+
+
+def variant_specs(
+    plan: overrides.Plan, config: Path | None, rows: int, shape: BertShape
+) -> dict[str, RunSpec]:
+    """Each of our variants' run: the config (or BERT's defaults) with its overrides, at `shape`. The peer's
+    variants take no settings."""
+    if said := sorted(v.label for v in plan.runs if v.label in plan.peers and v.overrides):
+        raise overrides.OverrideError(
+            f"peer variant(s) {', '.join(said)}: Hugging Face's BERT takes no settings"
+        )
+    start = overrides.base("bert", config, {**BENCH_VALUES, "BATCHSIZE": str(rows)})
+    ours = [v for v in plan.runs if v.label not in plan.peers]
+    return {v.label: overrides.build(BertConfig, start, v.overrides).run_spec(shape) for v in ours}
+
+
+def print_table(runs: dict, reference: str, say) -> None:
+    """The runs as a Markdown table: each one's overrides, speed, speed against the peer's and loss parity."""
+    base = next((r["samples_per_s"] for r in runs.values() if r["model"] == "hf"), None)
+    say(f"\nloss parity against {reference} (tolerance per step: {parity.TOLERANCE})")
+    say(
+        "| variant | overrides | samples/s | ms/step | samples/step | model TFLOP/s | MFU | peak GiB | vs HF "
+        "| parity |"
+    )
+    say("|---|---|---|---|---|---|---|---|---|---|")
+    for name, r in runs.items():
+        said = " ".join(f"{k}={val}" for k, val in r["overrides"].items()) or "-"
+        ratio = parity.ratio_cell(r["samples_per_s"] / base if base else None, r.get("parity"))
+        say(
+            f"| {name} | {said} | {r['samples_per_s']:.0f} | {r['ms']:.1f} | {r['samples_per_step']:.1f} | "
+            f"{r['tflops']:.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} | {ratio} | "
+            f"{parity.column(r.get('parity'))} |"
+        )
 
 
 if __name__ == "__main__":

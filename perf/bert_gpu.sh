@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every single-GPU BERT measurement behind perf/RESULTS.md, in one call on the GPU machine:
-#   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, default eager, compiled, compiled +
-#           CUDA graphs, compiled FP8), side by side;
+#   bench:  perf/bench_bert.py, the HF peer and our step (BENCH_VARIANTS, ';'-separated 'LABEL: NAME=VALUE ...',
+#           default compiled, compiled + CUDA graphs, compiled FP8; eager the reference), side by side;
 #   data:   the same compiled step timed on the excerpt's real packed shards (made here by the data pipeline)
-#           (DATA_VARIANT, default compiled: a bench_bert.py variant);
+#           (DATA_VARIANT: the variant's overrides, default COMPILE=1);
 #   runner: the runner itself (run_with_docker.sh, CONTAINER_RUNTIME=none) training BERT-Large on those shards
 #           with a one-GPU config derived from config_H100_1x8x48.sh (RUNNER_SETTINGS: VAR=value overrides to
 #           match DATA_VARIANT), and its logged tracked_stats throughput against stage data's;
@@ -21,7 +21,8 @@ stages="${STAGES:-bench data runner curves}"
 work="$(mktemp -d)"
 
 if [[ ${stages} == *bench* ]]; then
-  "${PYTHON}" -m perf.bench_bert --variants "${BENCH_VARIANTS:-hf,eager,compiled,compiled_cudagraphs,compiled_fp8}" 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variant "${BENCH_VARIANTS:-compiled: COMPILE=1; \
+cudagraphs: COMPILE=1 COMPILE_MODE=reduce-overhead; fp8: COMPILE=1 PRECISION=fp8}" 2>&1 |
     grep -v Warn |
     tee "${out}/bench.log"
   cp "${out}/bench_bert.json" "${out}/bench_synthetic.json"
@@ -30,7 +31,8 @@ fi
 ./input_preprocessing/prepare_data.sh --outputdir "${work}/bert_data" --packed-data --shards 8 \
   --wiki-dump input_preprocessing/bert/sample/enwiki_sample.xml.bz2 --eval-samples 500 > "${out}/prepare.log" 2>&1
 if [[ ${stages} == *data* ]]; then
-  "${PYTHON}" -m perf.bench_bert --variants "${DATA_VARIANT:-compiled}" --data "${work}/bert_data" --rows 50 2>&1 |
+  "${PYTHON}" -m perf.bench_bert --variant "data: ${DATA_VARIANT:-COMPILE=1}" --reference none --peer none \
+    --data "${work}/bert_data" --rows 50 2>&1 |
     grep -v Warn |
     tee "${out}/bench_data.log"
 fi
@@ -66,46 +68,14 @@ if [[ ${stages} == *curves* ]]; then
     runner "${out}/curve_${curve%%=*}" SEED=1234 MAX_SAMPLES_TERMINATION=10000 EVAL_ITER_START_SAMPLES=1000 \
       EVAL_ITER_SAMPLES=1000 LOG_FREQ=20 ${CURVE_SETTINGS:-} ${settings//,/ }
   done
-  "${PYTHON}" - "${out}" "${names[@]}" <<'PY'
-import json, re, sys
-from pathlib import Path
-out, names = Path(sys.argv[1]), sys.argv[2:]
-acc, loss = {}, {}
-for name in names:
-    log = next((out / f"curve_{name}").glob("bert_*.log")).read_text()
-    events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log)]
-    acc[name] = {e["metadata"]["epoch_num"]: e["value"] for e in events if e["key"] == "eval_accuracy"}
-    loss[name] = {int(s): float(v) for s, v in re.findall(r"^step \d+ samples (\d+) loss ([\d.]+)", log, re.M)}
-    print(name, "backends:", {e["key"]: e["value"] for e in events if e["key"].startswith("backend_")})
-ref, others = names[0], names[1:]
-shared = sorted(set.intersection(*(set(acc[n]) for n in names)))
-print(f"| samples | {' | '.join(f'{n} MLM accuracy' for n in names)} |\n|{'---|' * (len(names) + 1)}")
-for s in shared:
-    print(f"| {s} | {' | '.join(f'{acc[n][s]:.4f}' for n in names)} |")
-steps = sorted(set.intersection(*(set(loss[n]) for n in names)))
-print(f"training loss (samples: {' / '.join(names)}):",
-      ", ".join(f"{s}: {' / '.join(f'{loss[n][s]:.3f}' for n in names)}" for s in steps))
-for n in others:
-    if shared:
-        print(f"{n} vs {ref}: largest |accuracy difference| {max(abs(acc[n][s] - acc[ref][s]) for s in shared):.4f}")
-    if steps:
-        print(f"{n} vs {ref}: largest relative loss difference "
-              f"{max(abs(loss[n][s] - loss[ref][s]) / loss[ref][s] for s in steps):.2%}")
-(out / "curves.json").write_text(json.dumps({"accuracy": acc, "train_loss": loss}, indent=2))
-PY
+  compared=()
+  for name in "${names[@]}"; do compared+=("${name}=${out}/curve_${name}"); done
+  "${PYTHON}" -m perf.logs compare --json "${out}/curves.json" "${compared[@]}"
 fi
 [[ ${stages} == *runner* ]] || exit 0
 # shellcheck disable=SC2086 # RUNNER_SETTINGS: VAR=value words
 runner "${out}/runner" ${RUNNER_SETTINGS:-}
-"${PYTHON}" - "${out}" "${DATA_VARIANT:-compiled}" <<'PY'
-import json, re, sys
-from pathlib import Path
-out, variant = Path(sys.argv[1]), sys.argv[2]
-log = next((out / "runner").glob("bert_*.log")).read_text()
-stats = [json.loads(m)["value"]["throughput"] for m in re.findall(r':::MLLOG (\{.*"tracked_stats".*\})', log)]
-bench = 448.74  # samples/s: stage "data" on an H100 (perf/RESULTS_ARCHIVE.md); rerun it to refresh
-if (out / "bench_data.log").exists():
-    bench = json.loads((out / "bench_bert.json").read_text())["runs"][variant]["samples_per_s"]
-print(f"runner tracked_stats throughput per eval window: {[round(s, 1) for s in stats]}")
-print(f"perf script, same shards and rows: {bench:.1f} samples/s; runner/perf: {[round(s / bench, 3) for s in stats]}")
-PY
+# the runner's throughput, against stage data's on the same shards and rows where that stage ran
+against=()
+[[ ! -f ${out}/bench_data.log ]] || against=(--bench "${out}/bench_bert.json" --variant data)
+"${PYTHON}" -m perf.logs throughput "${out}/runner" "${against[@]}"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # BERT-Large data-parallel scaling on one host: the compiled training step (DDP over NCCL, 48 packed rows per
 # GPU) on 1, 2, ... N GPUs in one call, and the efficiency samples/s(N) / (N x samples/s(1)).
-# VARIANT picks the bench_bert.py variant (default compiled, e.g. compiled_fp8native_bf16res).
+# VARIANT: the bench_bert.py variant's overrides (default COMPILE=1; e.g. the H100 config's mode,
+# "COMPILE=1 PRECISION=fp8 FP8_BACKEND=native RESIDUAL_DTYPE=bf16").
 # Usage (repo root): OUT=/some/dir [VARIANT=...] bash perf/bert_scaling.sh [GPU COUNTS...] (default 1 2 4 .. all)
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
-export PYTHONUNBUFFERED=1 PYTHON="${PYTHON:-python3}" VARIANT="${VARIANT:-compiled}"
+export PYTHONUNBUFFERED=1 PYTHON="${PYTHON:-python3}" VARIANT="${VARIANT:-COMPILE=1}"
 counts=("$@")
 if ((${#counts[@]} == 0)); then
   counts=(1)
@@ -14,15 +15,6 @@ fi
 [[ ${counts[0]} == 1 ]] || { echo "bert_scaling.sh: the first count must be 1 (the baseline)" >&2; exit 2; }
 for n in "${counts[@]}"; do
   "${PYTHON}" -m torch.distributed.run --standalone --nproc_per_node="${n}" -m perf.bench_bert \
-    --variants "${VARIANT}" --steps 20 --warmup 6 2>&1 | grep -v Warn | tee "${out}/scaling_${n}gpu.log"
+    --variant "scaled: ${VARIANT}" --reference none --peer none --steps 20 --warmup 6 2>&1 | grep -v Warn | tee "${out}/scaling_${n}gpu.log"
 done
-"${PYTHON}" - "${out}" "${VARIANT}" "${counts[@]}" <<'PY'
-import json, sys
-from pathlib import Path
-out, variant, counts = Path(sys.argv[1]), sys.argv[2], [int(n) for n in sys.argv[3:]]
-rate = {n: json.loads((out / ("bench_bert.json" if n == 1 else f"bench_bert_{n}gpu.json")).read_text())
-        ["runs"][variant]["samples_per_s"] for n in counts}
-print(f"\n{variant}\n| GPUs | samples/s | per GPU | scaling efficiency |\n|---|---|---|---|")
-for n in counts:
-    print(f"| {n} | {rate[n]:.0f} | {rate[n] / n:.0f} | {rate[n] / (n * rate[1]):.1%} |")
-PY
+"${PYTHON}" -m perf.logs scaling "${out}" scaled "${counts[@]}"

@@ -36,7 +36,7 @@ fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1' --steps 4 --warmup 1 2>&1 
 fi
 if stage bert; then
   mkdir -p "${out}/bert"
-  OUT="${out}/bert" python3 -m perf.bench_bert --variants compiled_fp8native_cudagraphs_bf16res \
-    --steps 12 --warmup 4 2>&1 | tee "${out}/bench_bert.log" | grep -E '^\||invalid|Error' || status=1
+  OUT="${out}/bert" python3 -m perf.bench_bert --config configs/bert/config_H100_1x8x48.sh --variant 'h100:' \
+    --peer none --steps 12 --warmup 4 2>&1 | tee "${out}/bench_bert.log" | grep -E '^\||invalid|Error' || status=1
 fi
 exit "${status}"

@@ -32,7 +32,7 @@ for s in ${stages}; do
   [[ " ${known} " == *" ${s} "* ]] || { echo "levers_gpu.sh: unknown stage ${s} (${known})" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
-gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+gpus="$(python3 -m perf.logs gpus)"
 ranks=(python3 -m torch.distributed.run --standalone)
 fp8="PRECISION=fp8 FP8_BACKEND=native" # native FP8, the lever's base
 status=0 # a failed stage is reported at the end; the later stages still run
@@ -52,8 +52,8 @@ if stage llama; then
     --peer none --variant "fp8: ${fp8}; fastaccum: ${fp8} FP8_FAST_ACCUM=1" --steps 8 --warmup 3
 fi
 if stage bert; then
-  run bert python3 -m perf.bench_bert \
-    --variants compiled_fp8native_cudagraphs_bf16res,compiled_fp8native_cudagraphs_bf16res_fastaccum --steps 20 --warmup 6
+  run bert python3 -m perf.bench_bert --config configs/bert/config_H100_1x8x48.sh --peer none \
+    --variant 'h100:' --variant 'fastaccum: FP8_FAST_ACCUM=1' --steps 20 --warmup 6
 fi
 if stage lora-one; then
   attn="${ATTN:-sdpa}"

@@ -16,7 +16,7 @@ set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 work="$(mktemp -d)"
-gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+gpus="$(python3 -m perf.logs gpus)"
 ./input_preprocessing/llama31_8b/prepare_data.sh --outputdir "${work}/llama_data" --sample > "${out}/llama_prepare.log" 2>&1
 nexp="${RUNS:-2}"
 if [[ ${SIZE:-small} == 8b ]]; then
@@ -53,15 +53,4 @@ grep -h -o '"key": "\(eval_accuracy\|tracked_stats\|run_stop\|backend_[a-z_]*\)"
   cut -c1-160 || true
 tail -n 25 "${out}/${name}.log"
 echo "runner exit status ${status}"
-python3 - "${out}/${name}" "${gpus}" <<'PY'
-import json, re, sys
-from pathlib import Path
-logdir, gpus = Path(sys.argv[1]), int(sys.argv[2])
-for log in sorted(logdir.glob("llama31_8b_*.log")):
-    events = [json.loads(m) for m in re.findall(r":::MLLOG (\{.*\})", log.read_text())]
-    seq = next((e["value"] for e in events if e["key"] == "max_sequence_length"), None)
-    stats = [e["value"]["throughput"] for e in events if e["key"] == "tracked_stats"]
-    if seq and stats:
-        per_gpu = [round(s * seq / gpus) for s in stats]
-        print(f"{log.name}: tracked_stats throughput {[round(s, 2) for s in stats]} samples/s = {per_gpu} tokens/s per GPU")
-PY
+python3 -m perf.logs throughput "${out}/${name}" --gpus "${gpus}"

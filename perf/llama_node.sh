@@ -21,7 +21,7 @@ set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 stages="${STAGES:-hf titan accum runner}"
-gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
+gpus="$(python3 -m perf.logs gpus)"
 run=(python3 -m torch.distributed.run --standalone --nproc_per_node="${gpus}")
 profile="${PROFILE:-0}"
 [[ ${profile} =~ ^[0-9]+$ ]] || { echo "llama_node.sh: PROFILE=${profile} is not a whole number" >&2; exit 2; }

@@ -28,8 +28,8 @@ out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1
 stages="${STAGES:-peer runner}"
 work="$(mktemp -d)"
-gpus="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
-system="${SYSTEM:-$(python3 -c 'import torch; print("H100" if "H100" in torch.cuda.get_device_name() else "H200")')}"
+gpus="$(python3 -m perf.logs gpus)"
+system="${SYSTEM:-$(python3 -m perf.logs gpus --system)}"
 (( gpus >= 1 && 8 % gpus == 0 )) || { echo "lora_gpu.sh: ${gpus} GPUs do not divide GBS 8" >&2; exit 1; }
 status=0
 if [[ " ${stages} " == *" peer "* ]]; then
@@ -75,47 +75,5 @@ if [[ " ${stages} " == *" runner "* ]]; then
     tail -n 15 "${out}/${name}.log"
   done
 fi
-python3 - "${out}" "${gpus}" <<'PY'
-import json, statistics, sys
-from pathlib import Path
-
-import mlperf_logging
-
-out, gpus = Path(sys.argv[1]), int(sys.argv[2])
-rcps = Path(mlperf_logging.__file__).parent / "rcp_checker/training_5.1.0/rcps_llama2_70b_lora.json"
-mean_samples = statistics.mean(json.loads(rcps.read_text())["llama2_70b_lora_ref_8"]["samples to converge"])
-peer = None
-bench = out / "bench_lora.json"  # written by perf/bench_lora.py under $OUT
-if bench.exists():
-    peer = next(((name, r) for name, r in json.loads(bench.read_text())["runs"].items()
-                 if name.startswith("peft") and "tokens_per_s" in r), None)
-print(f"\nLlama 2 70B LoRA, 80 blocks, {gpus} GPUs, seq 8192, GBS 8; RCP mean {mean_samples:.0f} samples")
-print("| run | s/step | tokens/s per GPU | model TFLOP/s per GPU | vs peer | projected 8-GPU TTT (min) |")
-print("|---|---|---|---|---|---|")
-if peer:
-    r = peer[1]
-    print(f"| peer {peer[0]} (bench) | {r['ms'] / 1e3:.2f} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.0f} "
-          f"| 1.00x | |")
-for log in sorted(out.glob("lora_*/llama2_70b_lora_*.log")):
-    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()
-              if ":::MLLOG " in line]
-    stats = [e for e in events if e["key"] == "tracked_stats"]
-    if not stats:
-        print(f"| {log.parent.name} | no tracked_stats ({log}) | | | | |")
-        continue
-    last = stats[-1]["value"]  # the steady window (the first one follows run_start)
-    tokens = last["tokens_per_s_per_gpu"]
-    step_s = 8 * 8192 / gpus / tokens
-    starts = [e["time_ms"] for e in events if e["key"] == "eval_start"]
-    stops = [e["time_ms"] for e in events if e["key"] == "eval_stop"]
-    valid = next((e["value"] for e in events if e["key"] == "eval_samples"), 0)
-    eval_s_per_row = (stops[-1] - starts[-1]) / 1e3 / max(valid, 1) if starts and stops else 0.0
-    evals = int((mean_samples - 4 * 384) // 384) + 1  # at 1536, 1920, ... samples up to the mean
-    ttt = mean_samples * 8192 / (tokens * 8) + evals * 173 * eval_s_per_row * gpus / 8
-    ratio = f"{tokens / peer[1]['tokens_per_s']:.2f}x" if peer else "-"
-    print(f"| {log.parent.name} | {step_s:.2f} | {tokens:.0f} | {last['model_tflops_per_gpu']:.0f} | {ratio} "
-          f"| {ttt / 60:.1f} |")
-print("projection: mean RCP samples x 8192 tokens / (tokens/s per GPU x 8) + evaluations (173 rows each at the "
-      "measured seconds per row, spread over 8 GPUs); best 8 x H200 MLPerf result 23.06 min (Lenovo, v4.1)")
-PY
+python3 -m perf.logs lora-projection "${out}" "${gpus}"
 exit "${status}"

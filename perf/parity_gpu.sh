@@ -55,7 +55,8 @@ fp8: PRECISION=fp8 FP8_BACKEND=native; fp8w: PRECISION=fp8 FP8_BACKEND=native FP
 fi
 if [[ " ${stages} " == *" bert "* ]]; then
   timeout "${STAGE_LIMIT:-590}" python3 -m perf.bench_bert --steps 20 --warmup 6 --profile \
-    --variants "${BERT_VARIANTS:-hf,compiled,compiled_fp8native_cudagraphs_bf16res}" 2>&1 |
+    --variant "${BERT_VARIANTS:-compiled: COMPILE=1; \
+h100: COMPILE=1 COMPILE_MODE=reduce-overhead PRECISION=fp8 FP8_BACKEND=native RESIDUAL_DTYPE=bf16}" 2>&1 |
     tee "${out}/bench_bert.log" | grep -v '^  [a-z0-9_:-]*: {' || status=1
 fi
 if [[ " ${stages} " == *" llama "* ]]; then

@@ -11,23 +11,22 @@ from tests.bert.synthetic import TINY
 from tests.bert.test_golden import packed_rows
 from tests.bert.test_train import mllog, run_train
 from training.bert import build, data, step
-from training.bert.model import BertForPackedPretraining, BertShape
-from training.bert.optim import Lamb, param_groups
+from training.bert.model import BertShape
 from training.common.dist import DistInfo
-from training.fp8 import Fp8
 
 CPU = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 
 
-def tiny_setup():
+def tiny_setup(init_loss_scale: float):
+    """The tiny model in fp16 as the trainer builds it, and two batches."""
     torch.manual_seed(0)
     shape = BertShape(**{k: v for k, v in TINY.items() if k != "hidden_act"}, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0)  # fmt: skip
-    model = BertForPackedPretraining(shape, "sdpa")
-    optimizer = Lamb(param_groups(model, 0.01), lr=1e-3)
+    spec = build.RunSpec(shape, attention="sdpa", precision="fp16", init_loss_scale=init_loss_scale)
+    model, train_step, _ = build.build_run(spec, CPU)
     rows = packed_rows(np.random.default_rng(3), 8)
     batches = [data.collate(rows[i : i + 4], 512) for i in (0, 4)]
-    return model, optimizer, batches
+    return model, train_step, batches
 
 
 def weights(model) -> list[torch.Tensor]:
@@ -35,15 +34,14 @@ def weights(model) -> list[torch.Tensor]:
 
 
 def test_fp16_steps_scale_the_loss_and_skip_an_overflow():
-    model, optimizer, batches = tiny_setup()
-    scaler = step.loss_scaler("fp16", 2.0**21, CPU.device)  # too large: the first steps overflow
-    autocast = build.autocast_context("fp16", CPU.device, Fp8())
+    model, train_step, batches = tiny_setup(2.0**21)  # too large: the first steps overflow
+    scaler = train_step.scaler
     before = weights(model)
-    step.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
+    train_step(iter(batches))
     assert scaler.get_scale() == 2.0**20  # halved, and the step skipped
     assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
     for _ in range(8):  # the scale comes down until a step's gradients fit in float16
-        loss = step.train_step(model, optimizer, iter(batches), 1, autocast, CPU, scaler)
+        loss = train_step(iter(batches))
         if any(not torch.equal(a, b) for a, b in zip(before, weights(model))):
             break
     assert torch.isfinite(loss) and scaler.get_scale() < 2.0**20

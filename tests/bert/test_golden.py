@@ -1,6 +1,6 @@
-"""BERT's step (`training.bert.step.train_step`, 2 accumulated micro-batches of packed rows, LAMB) on a tiny
-seeded run, against the golden file (`tests/golden.py`). The state dict's names are the model's own, so a
-renamed parameter shows here too."""
+"""BERT's run as the trainer builds it (`training.bert.build.build_run`: its step, 2 accumulated micro-batches
+of packed rows, LAMB) on a tiny seeded run, against the golden file (`tests/golden.py`). The state dict's
+names are the model's own, so a renamed parameter shows here too."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import torch
 
 from tests.bert.synthetic import TINY, make_sequence
 from tests.golden import check_golden, digest
-from training.bert import build, data, step
-from training.bert.model import BertForPackedPretraining, BertShape
-from training.bert.optim import Lamb, param_groups
+from training.bert import build, data
+from training.bert.model import BertShape
 from training.common.dist import DistInfo
-from training.fp8 import Fp8
 
 # the state-dict names of the code that wrote the golden file -> today's (the FFN became its own module)
 RENAMED = {".ffn_in.": ".ffn.up.", ".ffn_out.": ".ffn.down."}
@@ -67,12 +65,11 @@ def run():
     torch.manual_seed(0)
     config = {k: v for k, v in TINY.items() if k != "hidden_act"}
     shape = BertShape(**config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = BertForPackedPretraining(shape, "sdpa")
-    optimizer = Lamb(param_groups(model, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, max_grad_norm=1.0)
     steps, accum, rows = 5, 2, 4
+    spec = build.RunSpec(shape, attention="sdpa", precision="fp32", gradient_steps=accum)
+    cpu = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+    model, step, _ = build.build_run(spec, cpu)
     packed = packed_rows(np.random.default_rng(3), steps * accum * rows)
     batches = iter([data.collate(packed[i * rows : (i + 1) * rows], 512) for i in range(steps * accum)])
-    info = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    autocast = build.autocast_context("fp32", info.device, Fp8())
-    losses = [step.train_step(model, optimizer, batches, accum, autocast, info).item() for _ in range(steps)]
+    losses = [step(batches).item() for _ in range(steps)]
     check_golden("bert", "accum2", {"losses": losses, "weights": digest(OldNames(model))})

@@ -5,10 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from training import benchmarks
 from training.common.config import ConfigError, RunSettings, env_names, var
 from training.common.mlperf_loop import Schedule
+
+if TYPE_CHECKING:
+    from training.bert.build import RunSpec
+    from training.bert.model import BertShape
 
 BENCHMARK = benchmarks.BENCHMARKS["bert"]
 OFFICIAL_TARGET = BENCHMARK.target
@@ -157,6 +162,42 @@ class BertConfig(RunSettings):
             f"MAX_SAMPLES_TERMINATION={self.max_samples_termination} (MAX_STEPS={self.max_steps}, {gbs} "
             f"samples a step) give none, so the run could not reach its target: set {', or '.join(fixes)}"
         )
+
+    def run_spec(self, shape: BertShape) -> RunSpec:
+        """The run as `build.build_run` builds it, on the model of `shape` (`model_shape()`)."""
+        from training.bert.build import LambSettings, RunSpec, fp8_settings
+
+        return RunSpec(
+            shape=shape,
+            optimizer=LambSettings(
+                lr=self.lr,
+                betas=(self.beta1, self.beta2),
+                eps=self.lamb_epsilon,
+                weight_decay=self.weight_decay,
+                max_grad_norm=self.max_grad_norm,
+            ),
+            checkpoint=self.paths()["init_checkpoint"],
+            attention=self.attention,
+            precision=self.requested_precision(),
+            residual_dtype=self.residual_dtype,
+            fp8=fp8_settings(
+                self.fp8_backend,
+                casts=self.fp8_casts,
+                amax_history=self.fp8_amax_history,
+                amax_algo=self.fp8_amax_algo,
+                fast_accum=self.fp8_fast_accum,
+            ),
+            compile=self.compile,
+            compile_mode=self.compile_mode,
+            gradient_steps=self.gradient_steps,
+            init_loss_scale=self.init_loss_scale,
+        )
+
+    def model_shape(self) -> BertShape:
+        """The model's shape, from BERT_CONFIG_PATH (default DATADIR/phase1/bert_config.json)."""
+        from training.bert.model import BertShape
+
+        return BertShape.from_json(self.paths()["bert_config"])
 
     def paths(self) -> dict[str, Path | None]:
         from training.bert.data import default_train_dir

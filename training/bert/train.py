@@ -14,11 +14,11 @@ import functools
 import sys
 
 from training.bert import data
-from training.bert.build import apply_compile, apply_data_parallel, autocast_context, build_model, disclosure
+from training.bert.build import build_run, disclosure
 from training.bert.config import BENCHMARK, OFFICIAL_TARGET, BertConfig
-from training.bert.optim import Lamb, param_groups, poly_warmup_lr
-from training.bert.step import evaluate, loss_scaler, train_step, warm_up
-from training.common import backends, dist, outcome
+from training.bert.optim import poly_warmup_lr
+from training.bert.step import evaluate, loss_scaler, warm_up
+from training.common import dist, outcome
 from training.common.config import config_from_environment
 from training.common.mllog import MLLogger, constants
 from training.common.mlperf_loop import MLPerfRun, StepResult
@@ -34,27 +34,12 @@ def main() -> outcome.Outcome:
     log_hyperparameters(run.mllog, cfg, gbs)
 
     paths = cfg.paths()
-    precision = backends.choose_precision(cfg.requested_precision())
-    model, fp8, chosen = build_model(cfg, paths, info.device, precision)
-    chosen |= {"optimizer": "lamb_foreach_compiled" if cfg.compile else "lamb_foreach",
-               "data_parallel": "ddp" if info.world_size > 1 else "none",
-               "residual_dtype": cfg.residual_dtype,
-               "compile": cfg.compile_mode if cfg.compile else "none",
-               "loss_scale": f"dynamic from {cfg.init_loss_scale}" if precision == "fp16" else "none",
-               "platform": backends.platform_name()}  # fmt: skip
+    model, step, chosen = build_run(cfg.run_spec(cfg.model_shape()), info)
     run.log_backends(chosen)
-    run.log_disclosure(disclosure(precision, fp8, cfg.batch_size))
+    run.log_disclosure(disclosure(chosen["precision"], step.fp8, cfg.batch_size))
     run.mllog.event(constants.WEIGHTS_INITIALIZATION, str(paths["init_checkpoint"] or "random"))
-
-    optimizer = Lamb(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                     eps=cfg.lamb_epsilon, max_grad_norm=cfg.max_grad_norm, compiled=cfg.compile)  # fmt: skip
-    train_model = apply_compile(apply_data_parallel(model, info), cfg.compile, cfg.compile_mode)
-    autocast = autocast_context(precision, info.device, fp8)
     run.write_config({"world_size": info.world_size, "global_batch_size": gbs, "backends": chosen})
-    warm_up(
-        train_model, optimizer, cfg, autocast, info, loss_scaler(precision, cfg.init_loss_scale, info.device)
-    )
-    scaler = loss_scaler(precision, cfg.init_loss_scale, info.device)
+    warm_up(step, cfg, loss_scaler(chosen["precision"], cfg.init_loss_scale, info.device))
 
     @functools.cache
     def eval_set() -> list[data.Batch]:
@@ -71,18 +56,15 @@ def main() -> outcome.Outcome:
 
         def one_step(index: int) -> StepResult:
             lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.warmup_start())
-            for group in optimizer.param_groups:
-                group["lr"] = lr
             micro = [next(batches) for _ in range(cfg.gradient_steps)]
-            loss = train_step(train_model, optimizer, iter(micro), cfg.gradient_steps, autocast, info, scaler)
-            return StepResult(loss, lr, samples=sum(b.num_sequences for b in micro))
+            return StepResult(step(iter(micro), lr), lr, samples=sum(b.num_sequences for b in micro))
 
         return one_step
 
     return run.train(
         cfg.schedule(info.world_size),
         start_training,
-        lambda: evaluate(model, eval_set(), autocast, info.device),
+        lambda: evaluate(model, eval_set(), step.autocast, info.device),
         cfg.target_accuracy,
         metric="eval_accuracy",
         eval_samples=data.count_eval_examples(paths["eval_dir"], cfg.num_eval_examples),

@@ -61,12 +61,7 @@ def read_run(path: Path) -> Run:
     """The run a log tells of. A damaged log (empty, a line that is not JSON, a value of the wrong kind, an
     event without its time) never raises: each problem is kept in `run.problems`, naming its line."""
     run = Run(Path(path))
-    with open(path, encoding="latin-1") as f:  # latin-1 like mlperf_logging's own parsers
-        lines = [
-            (n, line[line.index(TOKEN) + len(TOKEN) :].strip())
-            for n, line in enumerate(f, 1)
-            if TOKEN in line
-        ]
+    lines = mllog_lines(path)
     if not lines:
         run.problems.append("empty file" if Path(path).stat().st_size == 0 else "no :::MLLOG lines")
     for n, line in lines:
@@ -81,6 +76,30 @@ def read_run(path: Path) -> Run:
             run.problems.append(f"line {n}: {err}")
     run.ruleset = recorded_ruleset(Path(path))
     return run
+
+
+def mllog_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, the JSON after `:::MLLOG `) of each MLLOG line of a log, in order."""
+    with open(path, encoding="latin-1") as f:  # latin-1 like mlperf_logging's own parsers
+        return [
+            (n, line[line.index(TOKEN) + len(TOKEN) :].strip())
+            for n, line in enumerate(f, 1)
+            if TOKEN in line
+        ]
+
+
+def records(path: Path) -> list[dict]:
+    """Every MLLOG record of a log that reads as one (a JSON object with a key), in order; `read_run` says
+    what is wrong with the others."""
+    found = []
+    for _, line in mllog_lines(path):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("key"), str):
+            found.append(record)
+    return found
 
 
 def recorded_ruleset(log: Path) -> str | None:
