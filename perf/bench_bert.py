@@ -86,23 +86,34 @@ def bench_ours(spec: RunSpec, pool, lens, warmup, steps, profile=False) -> dict:
     masked = sum(int((b.mlm_labels >= 0).sum()) for b in pool)
     flops = flops_per_step(spec.shape, lens, masked, sum(seqs)) / len(pool)  # real tokens only, not padding
     # Every rank steps in lockstep (DDP): the job's samples per step are world_size times one rank's.
-    return {"ms": statistics.median(times), "samples_per_step": info.world_size * sum(seqs) / len(pool),
-            "flops": flops, "world_size": info.world_size,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "warmup_s": warm_s,
-            "first_loss": float(losses[0]), "losses": parity.as_floats(losses),
-            "spread_ms": [min(times), max(times)],
-            "compiled": spec.compile, "fp8_matmuls": chosen["precision"] == "fp8",
-            "fp8": chosen["fp8"], "attention": chosen["attention"]}  # fmt: skip
+    return {
+        "ms": statistics.median(times),
+        "samples_per_step": info.world_size * sum(seqs) / len(pool),
+        "flops": flops,
+        "world_size": info.world_size,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "warmup_s": warm_s,
+        "first_loss": float(losses[0]),
+        "losses": parity.as_floats(losses),
+        "spread_ms": [min(times), max(times)],
+        "compiled": spec.compile,
+        "fp8_matmuls": chosen["precision"] == "fp8",
+        "fp8": chosen["fp8"],
+        "attention": chosen["attention"],
+    }
 
 
 def bench_hf(shape, device, warmup, steps, rng):
     import transformers
 
-    cfg = transformers.BertConfig(vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
-                                  num_hidden_layers=shape.num_hidden_layers,
-                                  num_attention_heads=shape.num_attention_heads,
-                                  intermediate_size=shape.intermediate_size,
-                                  attn_implementation="sdpa")  # fmt: skip
+    cfg = transformers.BertConfig(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        intermediate_size=shape.intermediate_size,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     model = transformers.BertForPreTraining(cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -132,9 +143,14 @@ def bench_hf(shape, device, warmup, steps, rng):
     times = time_steps(step, warmup, steps)
     # Work it really does: every token through every layer, full 512x512 attention, MLM head on all tokens.
     flops = flops_per_step(shape, [SEQ] * ROWS, ROWS * SEQ, ROWS)
-    return {"ms": statistics.median(times), "samples_per_step": ROWS, "flops": flops,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "spread_ms": [min(times), max(times)], "losses": parity.as_floats(losses)}  # fmt: skip
+    return {
+        "ms": statistics.median(times),
+        "samples_per_step": ROWS,
+        "flops": flops,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "spread_ms": [min(times), max(times)],
+        "losses": parity.as_floats(losses),
+    }
 
 
 def check_fast_path(shape, pool, device, attention: str) -> float:
@@ -189,8 +205,11 @@ def main() -> int:
     global ROWS
     ROWS = args.rows
     if args.data:  # the first batches of the prepared shards, as the trainer would read them
-        shard_rows = [r for shard in data.list_shards(args.data / "hdf5" / "packed_data")[:2]
-                      for r in data.read_rows(shard)]  # fmt: skip
+        shard_rows = [
+            r
+            for shard in data.list_shards(args.data / "hdf5" / "packed_data")[:2]
+            for r in data.read_rows(shard)
+        ]
         rows = [shard_rows[i * ROWS : (i + 1) * ROWS] for i in range(8)]
     else:
         rows = [packed_rows(rng, ROWS, shape.vocab_size) for _ in range(8)]

@@ -120,8 +120,9 @@ def lora_peer(shape, ours, device, recompute: bool = False, warmup: int = 5):
     the adapters, clip 0.3, bf16 autocast."""
     model = peers.peft_fused_like(ours, shape, device, recompute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=LORA_LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4,
-                                  fused=device.type == "cuda")  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        params, lr=LORA_LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4, fused=device.type == "cuda"
+    )
     step = peers.hf_step(model, optimizer, clip=0.3, autocast=torch.autocast(device.type, torch.bfloat16))
     return lambda i, batch, steps: step([batch], lr_at(i, LORA_LR, steps, warmup))
 
@@ -217,8 +218,9 @@ def llama_peer(shape, device):
     torch.manual_seed(0)
     peers.init_hf_like_ours(model, shape)
     model.train()
-    optimizer, _ = optim.build_optimizer(model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda",
-                                         impl="torch")  # fmt: skip
+    optimizer, _ = optim.build_optimizer(
+        model, 3e-4, (0.9, 0.95), 1e-5, 0.1, fused=device.type == "cuda", impl="torch"
+    )
     step = peers.hf_step(model, optimizer, clip=1.0, autocast=torch.autocast(device.type, torch.bfloat16))
     return lambda i, batch, steps: step([batch], lr_at(i, LLAMA_LR, steps, 10))
 
@@ -272,20 +274,32 @@ def part_bert(args, device) -> dict:
     on_gpu = device.type == "cuda"
     shape = BertShape(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if args.tiny:
-        shape = BertShape(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+        shape = BertShape(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
     rows, seq = 32 if not args.tiny else 4, 128
     all_rows = text_rows(rows * args.steps, seq)
     batches = [data.collate(all_rows[i * rows : (i + 1) * rows], seq) for i in range(args.steps)]
     config = transformers.BertConfig(
-        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads, intermediate_size=shape.intermediate_size,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
-    )  # fmt: skip
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        intermediate_size=shape.intermediate_size,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     hf = transformers.BertForPreTraining(config).to(device)
-    initial = from_hf_state_dict({k: v.detach().clone() for k, v in hf.state_dict().items()},
-                                 shape.num_hidden_layers)  # fmt: skip
+    initial = from_hf_state_dict(
+        {k: v.detach().clone() for k, v in hf.state_dict().items()}, shape.num_hidden_layers
+    )
     lr, total = 1e-3, args.steps
     autocast = torch.autocast(device.type, torch.bfloat16)
 
@@ -393,13 +407,21 @@ def main() -> int:
         "widens their tolerance step by step (`perf/lib/parity.py`; default with "
         "--mlperf-regime 'bf16-compile: COMPILE=1', else none)",
     )
-    ap.add_argument("--lora-seeds", type=int, default=None,
-                    help="lora: runs of the reference's model with other dropout seeds "
-                         "(`<reference>-seedN`), whose spread from the reference is the noise every variant "
-                         "is judged against "
-                         "(default with --mlperf-regime 1, else 0)")  # fmt: skip
-    ap.add_argument("--lora-warmup", type=int, default=None,
-                    help="lora: warm-up steps of the learning rate (5; 0 with --mlperf-regime)")  # fmt: skip
+    ap.add_argument(
+        "--lora-seeds",
+        type=int,
+        default=None,
+        help="lora: runs of the reference's model with other dropout seeds "
+        "(`<reference>-seedN`), whose spread from the reference is the noise every variant "
+        "is judged against "
+        "(default with --mlperf-regime 1, else 0)",
+    )
+    ap.add_argument(
+        "--lora-warmup",
+        type=int,
+        default=None,
+        help="lora: warm-up steps of the learning rate (5; 0 with --mlperf-regime)",
+    )
     args = ap.parse_args()
     args.lora_seeds = (1 if args.mlperf_regime else 0) if args.lora_seeds is None else args.lora_seeds
     if args.lora_seeds < 0:
@@ -409,12 +431,20 @@ def main() -> int:
     gpu = torch.cuda.is_available() and not args.tiny
     procs = processes.start(gpu, group=False)
     if procs.world > 1 and (args.parts != ["lora"] or not args.mlperf_regime):
-        ap.error("under torchrun: lora with --mlperf-regime only (its reference, ours in bf16, sharded "
-                 "as the variants are)")  # fmt: skip
+        ap.error(
+            "under torchrun: lora with --mlperf-regime only (its reference, ours in bf16, sharded "
+            "as the variants are)"
+        )
     device, args.mesh, args.world, say = procs.device, procs.mesh(), procs.world, procs.say
-    results = {"device": torch.cuda.get_device_name() if gpu else "cpu", "versions": versions(),
-               "steps": args.steps, "tolerance": parity.TOLERANCE, "fp8_warmup_steps": FP8_WARMUP,
-               "processes": procs.world, "parts": {}}  # fmt: skip
+    results = {
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "versions": versions(),
+        "steps": args.steps,
+        "tolerance": parity.TOLERANCE,
+        "fp8_warmup_steps": FP8_WARMUP,
+        "processes": procs.world,
+        "parts": {},
+    }
     say(f"{results['device']} x {procs.world}, torch {torch.__version__}, {args.steps} steps", flush=True)
     out = Path(os.environ.get("OUT", "."))
 
@@ -466,8 +496,10 @@ def main() -> int:
                     "ok" if lever["ok"] else "**FAIL**"
                 )
             off, last = 100 * v["max_rel_dev"], 100 * v["mean_rel_dev_last10"]
-            print(f"| {name} | {variant} | {v['first']:.4f} | {v['last']:.4f} | {off:.2f} | {last:.2f} | "
-                  f"{verdict} |")  # fmt: skip
+            print(
+                f"| {name} | {variant} | {v['first']:.4f} | {v['last']:.4f} | {off:.2f} | {last:.2f} | "
+                f"{verdict} |"
+            )
     return 0
 
 

@@ -34,11 +34,17 @@ def packed_rows(rng, n_rows: int, vocab: int, seq: int = SEQ):
             lens = np.diff(np.concatenate([[0], cuts, [total]])).astype(int)
         seqs = [random_sequence(rng, int(n), vocab) for n in lens]
         offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        rows.append((
-            np.concatenate([s[0] for s in seqs]), np.concatenate([s[1] for s in seqs]),
-            np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]), np.concatenate([s[3] for s in seqs]),
-            lens, np.array([len(s[2]) for s in seqs]), np.array([s[4] for s in seqs]),
-        ))  # fmt: skip
+        rows.append(
+            (
+                np.concatenate([s[0] for s in seqs]),
+                np.concatenate([s[1] for s in seqs]),
+                np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]),
+                np.concatenate([s[3] for s in seqs]),
+                lens,
+                np.array([len(s[2]) for s in seqs]),
+                np.array([s[4] for s in seqs]),
+            )
+        )
     return rows
 
 

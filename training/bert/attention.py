@@ -39,9 +39,12 @@ def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Ten
     if impl in ("sdpa", "sdpa_cudnn"):
         with sdpa_kernel(_CUDNN_FIRST, set_priority=True) if impl == "sdpa_cudnn" else nullcontext():
             out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                attn_mask=block_diagonal_mask(b.seq_ids), dropout_p=dropout_p,
-            )  # fmt: skip
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                attn_mask=block_diagonal_mask(b.seq_ids),
+                dropout_p=dropout_p,
+            )
         return out.transpose(1, 2)
     # max_q = max_k = L for the varlen kernels: one value for every batch, so compiled graphs stay few
     flat = [t.reshape(B * L, heads, dim) for t in (q, k, v)]

@@ -86,10 +86,16 @@ class BertConfig(RunSettings):
     def __post_init__(self):
         problems = self.shared_problems()
         env = env_names(type(self))
-        choices = {"attention": ATTENTION_CHOICES, "residual_dtype": RESIDUAL_DTYPES,
-                   "compile_mode": COMPILE_MODES}  # fmt: skip
-        problems += [f"{env[name]}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
-                     for name, allowed in choices.items() if getattr(self, name) not in allowed]  # fmt: skip
+        choices = {
+            "attention": ATTENTION_CHOICES,
+            "residual_dtype": RESIDUAL_DTYPES,
+            "compile_mode": COMPILE_MODES,
+        }
+        problems += [
+            f"{env[name]}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
+            for name, allowed in choices.items()
+            if getattr(self, name) not in allowed
+        ]
         if self.residual_dtype == "bf16" and self.requested_precision() in ("fp32", "fp16"):
             problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
         if self.phase != 2:
@@ -108,8 +114,10 @@ class BertConfig(RunSettings):
         ranks = world_size or self.world_size()
         rows = self.batch_size * self.gradient_steps * ranks * self.packing_factor
         if abs(rows - round(rows)) > 1e-6:
-            problems.append(f"global batch BATCHSIZE x GRADIENT_STEPS x {ranks} ranks x PACKING_FACTOR = "
-                            f"{rows:g} samples is not a whole number")  # fmt: skip
+            problems.append(
+                f"global batch BATCHSIZE x GRADIENT_STEPS x {ranks} ranks x PACKING_FACTOR = "
+                f"{rows:g} samples is not a whole number"
+            )
         return problems
 
     def num_warmup_steps(self) -> int:
@@ -139,8 +147,12 @@ class BertConfig(RunSettings):
 
     def schedule(self, world_size: int) -> Schedule:
         """The run as the loop runs it: its global batch, last step, evaluations and LOG_FREQ."""
-        return Schedule(self.global_batch_size(world_size), self.max_train_steps(world_size),
-                        set(self.eval_steps(world_size)), self.log_freq)  # fmt: skip
+        return Schedule(
+            self.global_batch_size(world_size),
+            self.max_train_steps(world_size),
+            set(self.eval_steps(world_size)),
+            self.log_freq,
+        )
 
     def no_evaluation(self, world_size: int) -> str | None:
         schedule = self.schedule(world_size)

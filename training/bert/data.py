@@ -24,8 +24,15 @@ import torch
 from training.bert.model import Batch
 from training.common import outcome
 
-TRAIN_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "packed_input_len",
-              "packed_masked_lm_len", "next_sentence_labels")  # fmt: skip
+TRAIN_KEYS = (
+    "input_ids",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "packed_input_len",
+    "packed_masked_lm_len",
+    "next_sentence_labels",
+)
 EVAL_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels")
 MAX_SEQS_PER_ROW = 3
 # Masked tokens per packed row: at most round(0.15 * length) per sequence, so 0.15 * 512 plus rounding.
@@ -120,17 +127,24 @@ def pad_static(b: Batch, rows: int, masked_per_row: int = MASKED_PER_ROW) -> Bat
     batch of `rows` rows has one shape: what torch.compile and CUDA graphs need."""
     m, s, c = rows * masked_per_row, rows * MAX_SEQS_PER_ROW, rows * (MAX_SEQS_PER_ROW + 1) + 1
     if len(b.mlm_index) > m or b.num_sequences > s:
-        raise DataError(f"batch of {rows} rows has {len(b.mlm_index)} masked tokens (> {m}) "
-                        f"or {b.num_sequences} sequences (> {s})")  # fmt: skip
+        raise DataError(
+            f"batch of {rows} rows has {len(b.mlm_index)} masked tokens (> {m}) "
+            f"or {b.num_sequences} sequences (> {s})"
+        )
 
     def pad(t, n, value):
         return torch.cat([t, t.new_full((n - len(t),), value)])
 
     return Batch(
-        **{**b.__dict__, "mlm_index": pad(b.mlm_index, m, 0), "mlm_labels": pad(b.mlm_labels, m, -100),
-           "cls_index": pad(b.cls_index, s, 0), "nsp_labels": pad(b.nsp_labels, s, -100),
-           "cu_seqlens": pad(b.cu_seqlens, c, int(b.cu_seqlens[-1]))}
-    )  # fmt: skip
+        **{
+            **b.__dict__,
+            "mlm_index": pad(b.mlm_index, m, 0),
+            "mlm_labels": pad(b.mlm_labels, m, -100),
+            "cls_index": pad(b.cls_index, s, 0),
+            "nsp_labels": pad(b.nsp_labels, s, -100),
+            "cu_seqlens": pad(b.cu_seqlens, c, int(b.cu_seqlens[-1])),
+        }
+    )
 
 
 def synthetic_rows(n: int, seq_len: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
@@ -139,11 +153,22 @@ def synthetic_rows(n: int, seq_len: int, seed: int = 0) -> list[tuple[np.ndarray
     half = seq_len // 2
     lens = np.array([half, seq_len - half], np.int16)
     n_pred = [round(0.15 * int(x)) for x in lens]
-    pos = np.concatenate([np.sort(rng.choice(np.arange(1, int(x) - 1), k, replace=False)) + off
-                          for x, k, off in zip(lens, n_pred, (0, half))])  # fmt: skip
+    pos = np.concatenate(
+        [
+            np.sort(rng.choice(np.arange(1, int(x) - 1), k, replace=False)) + off
+            for x, k, off in zip(lens, n_pred, (0, half))
+        ]
+    )
     ids, labels = rng.integers(1000, 30000, seq_len), rng.integers(1000, 30000, len(pos))
-    row = (ids, np.repeat(np.int8([0, 1]), lens), pos, labels, lens, np.array(n_pred, np.int16),
-           np.array([0, 1], np.int8))  # fmt: skip
+    row = (
+        ids,
+        np.repeat(np.int8([0, 1]), lens),
+        pos,
+        labels,
+        lens,
+        np.array(n_pred, np.int16),
+        np.array([0, 1], np.int8),
+    )
     return [row] * n
 
 
@@ -154,15 +179,17 @@ def pack_sequences(samples: list[tuple[np.ndarray, ...]], seq_len: int) -> list[
     def flush():
         lens = np.array([len(s[0]) for s in current], np.int16)
         offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        rows.append((
-            np.concatenate([s[0] for s in current]),
-            np.concatenate([s[1] for s in current]),
-            np.concatenate([np.asarray(s[2], np.int64) + off for s, off in zip(current, offsets)]),
-            np.concatenate([s[3] for s in current]),
-            lens,
-            np.array([len(s[2]) for s in current], np.int16),
-            np.array([int(np.ravel(s[4])[0]) for s in current], np.int8),
-        ))  # fmt: skip
+        rows.append(
+            (
+                np.concatenate([s[0] for s in current]),
+                np.concatenate([s[1] for s in current]),
+                np.concatenate([np.asarray(s[2], np.int64) + off for s, off in zip(current, offsets)]),
+                np.concatenate([s[3] for s in current]),
+                lens,
+                np.array([len(s[2]) for s in current], np.int16),
+                np.array([int(np.ravel(s[4])[0]) for s in current], np.int8),
+            )
+        )
         current.clear()
 
     for s in samples:
@@ -176,8 +203,15 @@ def pack_sequences(samples: list[tuple[np.ndarray, ...]], seq_len: int) -> list[
     return rows
 
 
-def train_batches(shards: list[Path], rank: int, world: int, rows_per_batch: int, seq_len: int,
-                  seed: int, static: bool = False) -> Iterator[Batch]:  # fmt: skip
+def train_batches(
+    shards: list[Path],
+    rank: int,
+    world: int,
+    rows_per_batch: int,
+    seq_len: int,
+    seed: int,
+    static: bool = False,
+) -> Iterator[Batch]:
     """Endless stream of this rank's batches; epochs re-permute the shards. `static` pads every batch
     to one shape (`pad_static`)."""
     if len(shards) < world:
@@ -210,8 +244,12 @@ class Prefetcher:
         try:
             for batch in batches:
                 if self._pin:
-                    batch = Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v
-                                     for k, v in batch.__dict__.items()})  # fmt: skip
+                    batch = Batch(
+                        **{
+                            k: v.pin_memory() if isinstance(v, torch.Tensor) else v
+                            for k, v in batch.__dict__.items()
+                        }
+                    )
                 self._queue.put(batch)
         except BaseException as err:  # noqa: BLE001 - handed to the consumer thread
             self._queue.put(err)
@@ -229,8 +267,9 @@ class Prefetcher:
         return item
 
 
-def eval_batches(eval_dir: Path, num_examples: int, rank: int, world: int, rows_per_batch: int,
-                 seq_len: int) -> list[Batch]:  # fmt: skip
+def eval_batches(
+    eval_dir: Path, num_examples: int, rank: int, world: int, rows_per_batch: int, seq_len: int
+) -> list[Batch]:
     """This rank's share of the first `num_examples` eval samples, packed into rows and batched."""
     files = sorted(eval_dir.glob("*.hdf5")) if eval_dir.is_dir() else []
     if not files:

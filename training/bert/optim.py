@@ -13,8 +13,19 @@ from __future__ import annotations
 import torch
 
 
-def _lamb_update(params, grads, exp_avgs, exp_avg_sqs, weight_decays, lr, step, beta1: float, beta2: float,
-                 eps: float, max_grad_norm: float) -> None:  # fmt: skip
+def _lamb_update(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    weight_decays,
+    lr,
+    step,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    max_grad_norm: float,
+) -> None:
     """In-place LAMB step over groups (lists of tensor lists); `lr` and `step` are 0-dim tensors."""
     flat_grads = [g for group in grads for g in group]
     global_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(flat_grads)))
@@ -41,8 +52,16 @@ def _lamb_update(params, grads, exp_avgs, exp_avg_sqs, weight_decays, lr, step, 
 
 
 class Lamb(torch.optim.Optimizer):
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01,
-                 max_grad_norm: float = 1.0, compiled: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        params,
+        lr: float,
+        betas=(0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_grad_norm: float = 1.0,
+        compiled: bool = False,
+    ):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
         super().__init__(params, defaults)
         self._update = torch.compile(_lamb_update) if compiled else _lamb_update
@@ -63,11 +82,18 @@ class Lamb(torch.optim.Optimizer):
         states = [[self._moments(p) for p in ps] for _, ps in groups]
         beta1, beta2 = self.defaults["betas"]
         self._update(
-            [ps for _, ps in groups], [[p.grad for p in ps] for _, ps in groups],
-            [[s[0] for s in st] for st in states], [[s[1] for s in st] for st in states],
-            [g["weight_decay"] for g, _ in groups], self._lr, self._step,
-            beta1, beta2, self.defaults["eps"], self.defaults["max_grad_norm"],
-        )  # fmt: skip
+            [ps for _, ps in groups],
+            [[p.grad for p in ps] for _, ps in groups],
+            [[s[0] for s in st] for st in states],
+            [[s[1] for s in st] for st in states],
+            [g["weight_decay"] for g, _ in groups],
+            self._lr,
+            self._step,
+            beta1,
+            beta2,
+            self.defaults["eps"],
+            self.defaults["max_grad_norm"],
+        )
         return None
 
     def reset_step(self) -> None:
@@ -94,8 +120,15 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def poly_warmup_lr(step: int, base_lr: float, total_steps: int, warmup_steps: int, start_warmup_step: int = 0,
-                   degree: float = 1.0, end_lr: float = 0.0) -> float:  # fmt: skip
+def poly_warmup_lr(
+    step: int,
+    base_lr: float,
+    total_steps: int,
+    warmup_steps: int,
+    start_warmup_step: int = 0,
+    degree: float = 1.0,
+    end_lr: float = 0.0,
+) -> float:
     """LR for optimizer step `step` (0-based): linear warmup from `start_warmup_step` over `warmup_steps`,
     then polynomial decay to `end_lr` at `total_steps` (NVIDIA's LinearWarmupPolyDecayScheduler). A negative
     `start_warmup_step` starts the run that many steps into the warm-up (NVIDIA's -200000 of 200330: the

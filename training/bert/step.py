@@ -31,8 +31,15 @@ def loss_scaler(precision: str, init_scale: float, device: torch.device) -> torc
 NO_LOSS_SCALE = torch.amp.GradScaler("cpu", enabled=False)
 
 
-def train_step(model, optimizer, batches, gradient_steps: int, autocast, info: dist.DistInfo,
-               scaler: torch.amp.GradScaler = NO_LOSS_SCALE) -> torch.Tensor:  # fmt: skip
+def train_step(
+    model,
+    optimizer,
+    batches,
+    gradient_steps: int,
+    autocast,
+    info: dist.DistInfo,
+    scaler: torch.amp.GradScaler = NO_LOSS_SCALE,
+) -> torch.Tensor:
     """One optimizer step over `gradient_steps` micro-batches; returns the last micro-batch's loss. Native
     FP8's first step measures its scales on the first micro-batch before it trains (`fp8.calibrate`)."""
     for micro in range(gradient_steps):

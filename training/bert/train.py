@@ -44,15 +44,30 @@ def main() -> outcome.Outcome:
     @functools.cache
     def eval_set() -> list[data.Batch]:
         """This rank's eval batches: read at the first evaluation and kept on the device."""
-        batches = data.eval_batches(paths["eval_dir"], cfg.num_eval_examples, info.rank, info.world_size,
-                                    cfg.eval_batch_size, cfg.max_seq_length)  # fmt: skip
+        batches = data.eval_batches(
+            paths["eval_dir"],
+            cfg.num_eval_examples,
+            info.rank,
+            info.world_size,
+            cfg.eval_batch_size,
+            cfg.max_seq_length,
+        )
         return [b.to(info.device) for b in batches]
 
     def start_training():
         shards = data.list_shards(paths["train_dir"])
-        batches = data.Prefetcher(data.train_batches(shards, info.rank, info.world_size, cfg.batch_size,
-                                                     cfg.max_seq_length, seed, static=cfg.compile),
-                                  info.device)  # fmt: skip
+        batches = data.Prefetcher(
+            data.train_batches(
+                shards,
+                info.rank,
+                info.world_size,
+                cfg.batch_size,
+                cfg.max_seq_length,
+                seed,
+                static=cfg.compile,
+            ),
+            info.device,
+        )
 
         def one_step(index: int) -> StepResult:
             lr = poly_warmup_lr(index, cfg.lr, cfg.max_steps, cfg.num_warmup_steps(), cfg.warmup_start())
@@ -74,28 +89,33 @@ def main() -> outcome.Outcome:
 def log_hyperparameters(mllog: MLLogger, cfg: BertConfig, gbs: int) -> None:
     """Every key the BERT closed rules require, plus the ones NVIDIA logs for the reader, with NVIDIA's
     types (its run_pretraining.py parses max_steps as a float: 3680.0)."""
-    mllog.hyperparameters({
-        constants.GLOBAL_BATCH_SIZE: gbs,
-        "d_batch_size": cfg.batch_size,
-        constants.GRADIENT_ACCUMULATION_STEPS: cfg.gradient_steps,
-        "max_predictions_per_seq": cfg.max_predictions_per_seq,
-        constants.MAX_SEQUENCE_LENGTH: cfg.max_seq_length,
-        constants.OPT_LR_TRAINING_STEPS: float(cfg.max_steps),
-        constants.NUM_WARMUP_STEPS: cfg.num_warmup_steps(),
-        constants.OPT_BASE_LR: cfg.lr,
-        constants.OPT_LAMB_EPSILON: cfg.lamb_epsilon,
-        "opt_epsilon": cfg.lamb_epsilon,
-        constants.OPT_LR_WARMUP_STEPS: cfg.num_warmup_steps(),
-        constants.START_WARMUP_STEP: cfg.warmup_start(),
-        constants.OPT_LAMB_BETA_1: cfg.beta1,
-        constants.OPT_LAMB_BETA_2: cfg.beta2,
-        constants.OPT_LAMB_WEIGHT_DECAY: cfg.weight_decay,
-        "opt_lamb_learning_rate_decay_poly_power": 1.0,
-        "target_accuracy": cfg.target_accuracy,
-    })  # fmt: skip
+    mllog.hyperparameters(
+        {
+            constants.GLOBAL_BATCH_SIZE: gbs,
+            "d_batch_size": cfg.batch_size,
+            constants.GRADIENT_ACCUMULATION_STEPS: cfg.gradient_steps,
+            "max_predictions_per_seq": cfg.max_predictions_per_seq,
+            constants.MAX_SEQUENCE_LENGTH: cfg.max_seq_length,
+            constants.OPT_LR_TRAINING_STEPS: float(cfg.max_steps),
+            constants.NUM_WARMUP_STEPS: cfg.num_warmup_steps(),
+            constants.OPT_BASE_LR: cfg.lr,
+            constants.OPT_LAMB_EPSILON: cfg.lamb_epsilon,
+            "opt_epsilon": cfg.lamb_epsilon,
+            constants.OPT_LR_WARMUP_STEPS: cfg.num_warmup_steps(),
+            constants.START_WARMUP_STEP: cfg.warmup_start(),
+            constants.OPT_LAMB_BETA_1: cfg.beta1,
+            constants.OPT_LAMB_BETA_2: cfg.beta2,
+            constants.OPT_LAMB_WEIGHT_DECAY: cfg.weight_decay,
+            "opt_lamb_learning_rate_decay_poly_power": 1.0,
+            "target_accuracy": cfg.target_accuracy,
+        }
+    )
     if cfg.target_accuracy != OFFICIAL_TARGET:
-        print(f"bert: TARGET_MLM_ACCURACY={cfg.target_accuracy} is not MLPerf's {OFFICIAL_TARGET}: "
-              "this run is NOT a valid MLPerf result", file=sys.stderr)  # fmt: skip
+        print(
+            f"bert: TARGET_MLM_ACCURACY={cfg.target_accuracy} is not MLPerf's {OFFICIAL_TARGET}: "
+            "this run is NOT a valid MLPerf result",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

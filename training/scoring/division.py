@@ -63,7 +63,10 @@ def choose_division(logdir: Path, given: str | None, logged: list[str]) -> Divis
             )
         return DivisionChoice(division, why)
     if len(claimed) == 1 and claimed[0] in DIVISIONS:
-        return DivisionChoice(claimed[0], "from the logs' submission_division (no system description beside "
-                                          "them: <submitter>/systems/<system>.json)")  # fmt: skip
+        return DivisionChoice(
+            claimed[0],
+            "from the logs' submission_division (no system description beside "
+            "them: <submitter>/systems/<system>.json)",
+        )
     said = f"the logs' submission_division says {', '.join(claimed)}" if claimed else "the logs name none"
     return DivisionChoice("closed", f"closed by default: no system description beside the logs, and {said}")

@@ -33,17 +33,40 @@ from .runs import read_run
 
 # The fields mlperf_logging's system_desc_checker requires, in its order.
 SYSTEM_FIELDS = (
-    "submitter", "division", "status", "system_name", "number_of_nodes", "host_processors_per_node",
-    "host_processor_model_name", "host_processor_core_count", "host_processor_vcpu_count",
-    "host_processor_frequency", "host_processor_caches", "host_processor_interconnect",
-    "host_memory_capacity", "host_storage_type", "host_storage_capacity", "host_networking",
+    "submitter",
+    "division",
+    "status",
+    "system_name",
+    "number_of_nodes",
+    "host_processors_per_node",
+    "host_processor_model_name",
+    "host_processor_core_count",
+    "host_processor_vcpu_count",
+    "host_processor_frequency",
+    "host_processor_caches",
+    "host_processor_interconnect",
+    "host_memory_capacity",
+    "host_storage_type",
+    "host_storage_capacity",
+    "host_networking",
     "host_networking_topology",
-    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
-    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
-    "accelerator_memory_configuration", "accelerator_memory_capacity", "accelerator_interconnect",
-    "accelerator_interconnect_topology", "cooling", "hw_notes", "framework", "other_software_stack",
-    "operating_system", "sw_notes",
-)  # fmt: skip
+    "host_memory_configuration",
+    "accelerators_per_node",
+    "accelerator_model_name",
+    "accelerator_host_interconnect",
+    "accelerator_frequency",
+    "accelerator_on-chip_memories",
+    "accelerator_memory_configuration",
+    "accelerator_memory_capacity",
+    "accelerator_interconnect",
+    "accelerator_interconnect_topology",
+    "cooling",
+    "hw_notes",
+    "framework",
+    "other_software_stack",
+    "operating_system",
+    "sw_notes",
+)
 # MLPerf logs' submission_status -> the system description's availability (the checker's allowed values)
 AVAILABILITY = {
     "onprem": "Available on-premise",
@@ -87,23 +110,25 @@ def system_description(logs: list[Path], doctor: dict[str, str]) -> dict[str, st
     framework += "".join(f", {name.upper()} {versions[name]}" for name in ("hip", "cuda") if name in versions)
     stack = ", ".join(f"{name} {v}" for name, v in versions.items() if name not in ("torch", "hip", "cuda"))
     desc = dict.fromkeys(SYSTEM_FIELDS, "")
-    desc.update({
-        "submitter": str(config.get("MLPERF_SUBMISSION_ORG") or submission.get("org") or "unknown"),
-        "division": submission.get("division", "closed"),
-        "status": AVAILABILITY.get(submission.get("status", "onprem"), submission.get("status", "")),
-        "system_name": str(config.get("DGXSYSTEM") or submission.get("platform") or "unknown"),
-        "number_of_nodes": str(config.get("DGXNNODES", "")),
-        "accelerators_per_node": str(config.get("DGXNGPU", doctor.get("gpus", ""))),
-        "accelerator_model_name": effective.get("accelerator") or gpu.split(",")[0],
-        "accelerator_memory_capacity": gpu.split(", ", 1)[1] if ", " in gpu else "",
-        "host_processor_model_name": doctor.get("cpu", ""),
-        "host_processor_vcpu_count": doctor.get("logical cpus", ""),
-        "host_memory_capacity": doctor.get("memory", ""),
-        "operating_system": doctor.get("os", ""),
-        "framework": framework,
-        "other_software_stack": stack,
-        "sw_notes": f"mlperf-repro at commit {effective.get('git_commit', 'unknown')}",
-    })  # fmt: skip
+    desc.update(
+        {
+            "submitter": str(config.get("MLPERF_SUBMISSION_ORG") or submission.get("org") or "unknown"),
+            "division": submission.get("division", "closed"),
+            "status": AVAILABILITY.get(submission.get("status", "onprem"), submission.get("status", "")),
+            "system_name": str(config.get("DGXSYSTEM") or submission.get("platform") or "unknown"),
+            "number_of_nodes": str(config.get("DGXNNODES", "")),
+            "accelerators_per_node": str(config.get("DGXNGPU", doctor.get("gpus", ""))),
+            "accelerator_model_name": effective.get("accelerator") or gpu.split(",")[0],
+            "accelerator_memory_capacity": gpu.split(", ", 1)[1] if ", " in gpu else "",
+            "host_processor_model_name": doctor.get("cpu", ""),
+            "host_processor_vcpu_count": doctor.get("logical cpus", ""),
+            "host_memory_capacity": doctor.get("memory", ""),
+            "operating_system": doctor.get("os", ""),
+            "framework": framework,
+            "other_software_stack": stack,
+            "sw_notes": f"mlperf-repro at commit {effective.get('git_commit', 'unknown')}",
+        }
+    )
     return desc
 
 
@@ -147,12 +172,15 @@ def why_rejected(summary: dict) -> str:
     reasons = []
     demo = sorted({r["target_accuracy"] for r in summary["runs"]} - {summary["official_target"], None})
     if demo:
-        reasons.append(f"the runs are demos (target_accuracy {', '.join(map(str, demo))}, not "
-                       f"{summary['benchmark']}'s {summary['official_target']}): the compliance rules fail "
-                       "their evaluations, and the RCP check finds no run at MLPerf's target")  # fmt: skip
+        reasons.append(
+            f"the runs are demos (target_accuracy {', '.join(map(str, demo))}, not "
+            f"{summary['benchmark']}'s {summary['official_target']}): the compliance rules fail "
+            "their evaluations, and the RCP check finds no run at MLPerf's target"
+        )
     if len(summary["runs"]) != summary["required_runs"]:
-        reasons.append(f"{len(summary['runs'])} run(s), where a submission has exactly "
-                       f"{summary['required_runs']}")  # fmt: skip
+        reasons.append(
+            f"{len(summary['runs'])} run(s), where a submission has exactly {summary['required_runs']}"
+        )
     return "; ".join(reasons)
 
 
@@ -166,9 +194,16 @@ def check_package(root: Path, ruleset: str) -> tuple[bool, list[str]]:
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
             package_checker.check_training_package(
-                str(root), "training", ruleset, quiet=False, werror=False, rcp_bypass=False,
-                rcp_bert_train_samples=False, seed_checker_bypass=False, log_output="(captured)",
-            )  # fmt: skip
+                str(root),
+                "training",
+                ruleset,
+                quiet=False,
+                werror=False,
+                rcp_bypass=False,
+                rcp_bert_train_samples=False,
+                seed_checker_bypass=False,
+                log_output="(captured)",
+            )
         except Exception as err:  # noqa: BLE001 - a checker that raises rejects the package
             lines.append(f"ERROR - package checker error: {type(err).__name__}: {err}")
         finally:

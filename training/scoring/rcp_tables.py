@@ -99,18 +99,25 @@ def _table_on(ruleset: str, benchmark: str, spec: str) -> RcpTable:
         raise ValueError(f"--rcp-table {spec}: no recorded history of {rel}; recorded: {', '.join(recorded)}")
     then = [v for v in known if _day(v) <= day]
     if not then:
-        raise ValueError(f"--rcp-table {spec}: {rel} was not yet on {UPSTREAM} master on {day} "
-                         f"(its first version came on {_day(known[0])})")  # fmt: skip
+        raise ValueError(
+            f"--rcp-table {spec}: {rel} was not yet on {UPSTREAM} master on {day} "
+            f"(its first version came on {_day(known[0])})"
+        )
     version = then[-1]
     if version["file"] is None:  # the last version: the package's own file, if it is that version
         table = package_table(ruleset, benchmark)
         if git_blob_id((PACKAGE_TABLES / rel).read_bytes()) != version["blob"]:
-            raise ValueError(f"--rcp-table {spec}: mlperf-logging {MLPERF_LOGGING_VERSION}'s {rel} is not "
-                             f"the version of {day} ({_where(version)})")  # fmt: skip
+            raise ValueError(
+                f"--rcp-table {spec}: mlperf-logging {MLPERF_LOGGING_VERSION}'s {rel} is not "
+                f"the version of {day} ({_where(version)})"
+            )
         return RcpTable(None, f"{table.name}, as on {UPSTREAM} master on {day}")
     path = HISTORY / version["file"]
-    return RcpTable(path, f"{rel} as on {UPSTREAM} master on {day} ({_where(version)}; "
-                          f"kept in training/scoring/rcp_history/{version['file']})")  # fmt: skip
+    return RcpTable(
+        path,
+        f"{rel} as on {UPSTREAM} master on {day} ({_where(version)}; "
+        f"kept in training/scoring/rcp_history/{version['file']})",
+    )
 
 
 def _table_file(path: Path, benchmark: str) -> RcpTable:
@@ -118,8 +125,9 @@ def _table_file(path: Path, benchmark: str) -> RcpTable:
     try:
         table = json.loads(path.read_text())
     except OSError as err:
-        raise ValueError(f"--rcp-table {path}: cannot read it ({err.strerror}); give a file or a date "
-                         "YYYY-MM-DD") from None  # fmt: skip
+        raise ValueError(
+            f"--rcp-table {path}: cannot read it ({err.strerror}); give a file or a date YYYY-MM-DD"
+        ) from None
     except ValueError as err:
         raise ValueError(f"--rcp-table {path}: not JSON ({err})") from None
     records = table.values() if isinstance(table, dict) else None

@@ -70,8 +70,10 @@ def choose_ruleset(
     if given:
         return RulesetChoice(given, False, "given (--ruleset)")
     if len(set(recorded)) > 1:
-        raise ValueError(f"the runs were made under different rulesets ({', '.join(sorted(set(recorded)))}): "
-                         "score each round's runs in a folder of their own, or pass --ruleset")  # fmt: skip
+        raise ValueError(
+            f"the runs were made under different rulesets ({', '.join(sorted(set(recorded)))}): "
+            "score each round's runs in a folder of their own, or pass --ruleset"
+        )
     if recorded:
         ruleset = next(iter(recorded))
         return RulesetChoice(ruleset, False, "recorded by the runs' trainer (their effective config)")
@@ -84,8 +86,11 @@ def choose_ruleset(
     if found is None:
         newest = rounds[-1] if rounds else None
         after = f", after {benchmark}'s last round here ({newest.ruleset[:3]}, published {newest.published})"
-        return RulesetChoice(default, False, f"new runs (the last on {last}{after if newest else ''}): "
-                                             f"{benchmark}'s ruleset for new runs")  # fmt: skip
+        return RulesetChoice(
+            default,
+            False,
+            f"new runs (the last on {last}{after if newest else ''}): {benchmark}'s ruleset for new runs",
+        )
     earlier = ""
     if found is rounds[0] and benchmark in UNLISTED_EARLIER:
         earlier = f" listed here ({benchmark} was in rounds {UNLISTED_EARLIER[benchmark]} too)"

@@ -48,8 +48,10 @@ def _benchmark_of(runs: list[Run], logdir: Path) -> str:
     if not found:
         found = sorted({b for run in runs for b in BENCHMARKS if run.path.name.startswith(f"{b}_")})
     if len(found) != 1:
-        raise ValueError(f"{logdir}: need the logs of exactly one benchmark, found: "
-                         f"{', '.join(found) or 'none of them logs submission_benchmark'}")  # fmt: skip
+        raise ValueError(
+            f"{logdir}: need the logs of exactly one benchmark, found: "
+            f"{', '.join(found) or 'none of them logs submission_benchmark'}"
+        )
     return found[0]
 
 
@@ -178,8 +180,9 @@ def score_logdir(
             notes.append(f"{run.path.name}: {why}; counted as not converged.")
 
     valid = all(row["valid_mlperf"] for row in rows)
-    mean, mean_method = olympic_mean([run.minutes if row["converged"] else None
-                                      for run, row in zip(runs, rows)])  # fmt: skip
+    mean, mean_method = olympic_mean(
+        [run.minutes if row["converged"] else None for run, row in zip(runs, rows)]
+    )
     if not valid:
         demo = sorted({row["target_accuracy"] for row in rows if not row["valid_mlperf"]})
         notes.insert(
@@ -188,8 +191,10 @@ def score_logdir(
             f"the official {rules.name} target is {rules.target}.",
         )
     if len(runs) != rules.runs:
-        notes.append(f"{len(runs)} run(s): an official {rules.name} score needs exactly {rules.runs} (the "
-                     "package checker's count).")  # fmt: skip
+        notes.append(
+            f"{len(runs)} run(s): an official {rules.name} score needs exactly {rules.runs} (the "
+            "package checker's count)."
+        )
     if not all(row["target_logged"] for row in rows):
         notes.append(
             f"Runs without a target_accuracy line are taken to use the official target {rules.target}."
@@ -198,8 +203,10 @@ def score_logdir(
     if failed:
         notes.append(f"Not converged, counted as infinitely slow: {', '.join(failed)}.")
     if any(not row["compliant"] for row in rows):
-        notes.append("MLCommons' result summarizer counts a run that fails the compliance checker as not "
-                     "converged. Details: python -m training.scoring.compliance LOG")  # fmt: skip
+        notes.append(
+            "MLCommons' result summarizer counts a run that fails the compliance checker as not "
+            "converged. Details: python -m training.scoring.compliance LOG"
+        )
 
     open_division = side.division == "open"
     if not valid:
@@ -221,8 +228,10 @@ def score_logdir(
     factor = rcp.normalization_factor if shipped is None else shipped
     with_rcp_factor = None
     if shipped is not None and rcp.passed is not None and shipped != rcp.normalization_factor:
-        said = (f"scaling.json beside the logs says {shipped!r}, the RCP check with {table.name} "
-                f"{rcp.normalization_factor!r}.")  # fmt: skip
+        said = (
+            f"scaling.json beside the logs says {shipped!r}, the RCP check with {table.name} "
+            f"{rcp.normalization_factor!r}."
+        )
         if official:
             with_rcp_factor = mean * rcp.normalization_factor
             said += (
