@@ -59,20 +59,24 @@ def test_the_mode_is_what_the_config_asks_and_the_reference_is_plain():
         convergence.modes(lora, None, ["LORA_RANKK=4"], gpu=True)
 
 
-def test_bad_inputs_are_named_and_nothing_is_overwritten(tmp_path):
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "training.convergence", *args], capture_output=True,
-                              text=True, cwd=ROOT, timeout=120)  # fmt: skip
+def test_bad_inputs_are_named_and_nothing_is_overwritten(tmp_path, capsys):
+    """The command answers --help; its refusals (main's, called here) name the input and write nothing."""
+    argv = [sys.executable, "-m", "training.convergence", "--help"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "--seeds" in done.stdout
 
-    assert run("--help").returncode == 0
-    done = run("llama31_8b", "--datadir", str(tmp_path / "nowhere"))
-    assert done.returncode == 2 and "--datadir" in done.stderr and "no such folder" in done.stderr
-    done = run("gpt3", "--datadir", str(tmp_path))
-    assert done.returncode == 2 and "BENCHMARK=gpt3 is not one of" in done.stderr
+    def run(*args):
+        status = convergence.main(list(args))
+        return status, capsys.readouterr().err
+
+    status, err = run("llama31_8b", "--datadir", str(tmp_path / "nowhere"))
+    assert status == 2 and "--datadir" in err and "no such folder" in err
+    status, err = run("gpt3", "--datadir", str(tmp_path))
+    assert status == 2 and "BENCHMARK=gpt3 is not one of" in err
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.log").write_text("an earlier check")
-    done = run("llama31_8b", "--datadir", str(tmp_path), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2 and "not empty" in done.stderr
+    status, err = run("llama31_8b", "--datadir", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert status == 2 and "not empty" in err
     assert (tmp_path / "out" / "keep.log").read_text() == "an earlier check"
 
 

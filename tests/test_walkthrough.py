@@ -3,9 +3,10 @@
 The page's conventions, read here:
 - A ```sh block after the line `<!-- cpu -->` needs no GPU, container or data: it runs in an empty folder with
   bash -e, TOOLKIT and PYTHONPATH set to this repository and this Python first on PATH, and must exit 0
-  (`<!-- cpu: exit 2 -->`: that status; `<!-- cpu: slow -->`: minutes, run in the slow tier only). A ```text
-  block right after it shows lines of its output: each must be found in one output line, `...` standing for
-  text left out.
+  (`<!-- cpu: exit 2 -->`: that status; `<!-- cpu: slow -->`: minutes, run in the slow tier only;
+  `<!-- cpu: demo -->`: a small default's whole run, whose launcher path the small defaults' end-to-end tests
+  run, in the opt-in demo tier only: `-m demo`). A ```text block right after it shows lines of its output:
+  each must be found in one output line, `...` standing for text left out.
 - Every other ```sh block needs the GPU machine (Docker, SLURM, the real data): it must parse (bash -n), and
   every config_*.sh it sources passes the launcher's config stage (scripts/run_common.sh: load_config,
   config_env) and the trainer's config check, as tests/launch/test_published_configs.py runs them; a bare
@@ -46,6 +47,7 @@ class Block:
     cpu: bool = False
     status: int = 0
     slow: bool = False
+    demo: bool = False
     shown: tuple[str, ...] = ()
 
     @property
@@ -78,7 +80,8 @@ def parse(text: str) -> list[Block]:
         mark = MARK.fullmatch(before.strip())
         if mark:
             opts = [o.strip() for o in (mark.group("opts") or "").split(",")]
-            block.cpu, block.slow = True, "slow" in opts
+            block.cpu, block.demo = True, "demo" in opts
+            block.slow = block.demo or "slow" in opts
             block.status = next((int(o.split()[1]) for o in opts if o.startswith("exit ")), 0)
         out.append(block)
     return out
@@ -133,7 +136,11 @@ def test_a_cpu_command_runs_as_shown(block, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", [b for b in CPU if b.slow], ids=lambda b: b.id)
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=[pytest.mark.demo] if b.demo else []) for b in CPU if b.slow],
+    ids=lambda b: b.id,
+)
 def test_a_slow_cpu_command_runs_as_shown(block, tmp_path):
     run_block(block, tmp_path)
 

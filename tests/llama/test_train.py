@@ -146,24 +146,30 @@ def test_missing_data_is_a_named_error(tmp_path):
     assert re.search(r"missing data file\(s\): .*no_data/wiki-train_text_document\.bin", proc.stderr)
 
 
+# both parallel runs below against one single-process run (three evaluations, a target never reached)
+TWO_PROCESS_CHECK = {
+    "TARGET": "1.0",
+    "MAX_SAMPLES_TERMINATION": "384",
+    "EVAL_EVERY": "128",
+    "EVAL_SAMPLES": "30",
+    "MBS": "2",
+}
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory, demo_data) -> tuple[subprocess.CompletedProcess, Path]:
+    return run_train(tmp_path_factory.mktemp("one"), demo_data, **TWO_PROCESS_CHECK)
+
+
 @pytest.mark.parametrize("parallelism", [{}, {"PP": "2"}], ids=["fsdp2", "pipeline2"])
-def test_two_process_run_evaluates_like_one_process(tmp_path, demo_data, parallelism):
+def test_two_process_run_evaluates_like_one_process(tmp_path, demo_data, one_process_run, parallelism):
     """The whole trainer under torchrun with 2 gloo ranks (FSDP2 with an uneven eval split, or two pipeline
     stages with a padded last eval chunk; synthetic warm-up) gives the one-process run's validation loss:
     same init, same samples per step, same evaluation sequences."""
-    extra = {
-        "TARGET": "1.0",
-        "MAX_SAMPLES_TERMINATION": "384",
-        "EVAL_EVERY": "128",
-        "EVAL_SAMPLES": "30",
-        "MBS": "2",
-    }
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
-    one, log1 = run_train(tmp_path / "one", demo_data, **extra)
+    one, log1 = one_process_run
     # the two-process run also warms up on random tokens first: that must leave the weights untouched
     two, log2 = run_train(
-        tmp_path / "two", demo_data, nproc=2, SYNTHETIC_WARMUP_STEPS="2", **extra, **parallelism
+        tmp_path, demo_data, nproc=2, SYNTHETIC_WARMUP_STEPS="2", **TWO_PROCESS_CHECK, **parallelism
     )
     assert one.returncode == 1 and two.returncode == 1, two.stderr[-3000:]
     first, second = ([e for e in mllog(log) if e["key"] == "eval_accuracy"] for log in (log1, log2))

@@ -41,7 +41,9 @@ def cluster(tmp_path_factory):
 
 def test_sbatch_two_nodes(cluster, tmp_path):
     small = small_default(tmp_path / "small")
-    config = small.derive(tmp_path, nodes=2, gpus=1)
+    # one thread a rank: two "nodes" share this machine's cores, and two spinning OpenMP threads per rank
+    # there wait on each other at every gloo all-reduce (the other CPU configs set it for the same reason)
+    config = small.derive(tmp_path, nodes=2, gpus=1, OMP_NUM_THREADS="1")
     logdir = tmp_path / "results"
     (tmp_path / "fakeroot").mkdir()
     env = {k: v for k, v in cluster.env.items() if k not in ("DGXSYSTEM", "BENCHMARK", "CONT")}
