@@ -2,25 +2,30 @@
 and precision.
 
     torchrun --nproc_per_node=1 -m perf.bench_throughput [--rows llama8b-bf16,llama8b-fp8,mistral-bf16]
-        [--peers ours,titan] [--layers 16] [--seq 8192] [--mbs 1] [--steps 8] [--warmup 3]
-        [--no-compile] [--profile 30]
+        [--variant 'ours:' --variant 'torchao: --fp8_backend torchao' ...] [--peer reference --peer titan]
+        [--layers 16] [--seq 8192] [--mbs 1] [--steps 8] [--warmup 3] [--no-compile] [--profile 30]
     torchrun --nproc_per_node=2 -m perf.bench_throughput --tiny      # CPU (gloo) smoke test of this script
 
 Ours: the suite's own workload (`training.throughput.llm.build`, what `train_fsdp.py` runs: the Llama step,
-features and FP8 backend choice), one iteration per optimizer step. The peer: torchtitan 0.2.2 (the release
-for torch 2.11; 0.3.0 needs a newer torch), driven as its trainer drives itself: its Llama 3 `Transformer`
-built on the meta device from `TransformerModelArgs` of the same shape, its float8 converter (torchao
-tensorwise, the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile, FSDP2
-over the ranks; autocast on one GPU), its fused AdamW, clip 1.0 and compiled cross-entropy, on the same random
-tokens. Mistral rows give torchtitan its FlexAttention with its own sliding-window mask (4096, as ours); Llama
-rows its SDPA. Rows that need more GPUs than there are run `--layers` blocks at full width (the table says
-so). Peer variants: `ours` (FP8: Transformer Engine if importable, else our native FP8), `ours-torchao` (our
-step with torchao's float8, torchtitan's FP8 backend), `ours-flash4` (our step with FlashAttention-4,
-`--attention flash4`), `ours-autocast` (one GPU, BF16: autocast casting the weights each step, as torchtitan's
-one-GPU step and ours before AdamW held them in bf16), `titan`, and `reference`: our step in bf16 (also for an
-FP8 row), eager, PyTorch's SDPA, autocast, every block recomputed in the backward (the same numbers; without
-it the eager step runs out of memory at full depth on 4 x H100), run first for each row unless `--peers` names
-it elsewhere or `--no-reference`.
+features and FP8 backend choice), one iteration per optimizer step. A variant of ours (`--variant`,
+repeatable, `;` between several in one argument; default `ours:`) is the row's run with the suite's own flags
+on top, as `train_fsdp.py` takes them: 'LABEL: --flag value ...', e.g. 'torchao: --fp8_backend torchao'
+(torchtitan's FP8 backend), 'flash4: --attention flash4', 'autocast: --bf16_weights False' (one GPU, BF16:
+autocast casting the weights each step, as torchtitan's one-GPU step). The suite's parser reads the flags; the
+bench sets --batch_size (`--mbs`), --grad_accum 1, --seq_len and --num_layers itself. Each row records its
+flags, the words to add to a `train_fsdp.py` command. A variant that asks for an FP8 backend on a BF16 row is
+skipped.
+
+The peers (`--peer`, repeatable; default both; `none`: neither): `titan`, torchtitan 0.2.2 (the release for
+torch 2.11; 0.3.0 needs a newer torch), driven as its trainer drives itself: its Llama 3 `Transformer` built
+on the meta device from `TransformerModelArgs` of the same shape, its float8 converter (torchao tensorwise,
+the output layer left in bf16 as ours) for FP8 rows, `parallelize_llama` (per-block compile, FSDP2 over the
+ranks; autocast on one GPU), its fused AdamW, clip 1.0 and compiled cross-entropy, on the same random tokens.
+Mistral rows give torchtitan its FlexAttention with its own sliding-window mask (4096, as ours); Llama rows
+its SDPA. And `reference`: our step with the flags of `REFERENCE` (bf16 also for an FP8 row, eager, PyTorch's
+SDPA, autocast, every block recomputed in the backward: the same numbers; without recomputation the eager
+step runs out of memory at full depth on 4 x H100), run first for each row. Rows that need more GPUs than
+there are run `--layers` blocks at full width (the table says so).
 
 Loss parity (`perf/lib/parity.py`): every variant of ours records its per-step losses (every step, from the
 first) on the same initial weights (one seed) and the same batches as the row's reference (an FP8 row's is the
@@ -45,11 +50,13 @@ import functools
 import gc
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
 import traceback
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -60,11 +67,13 @@ from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
 from perf.lib.timing import print_profile, step_record, take_peak, time_steps
 from training.common.backends import importable
+from training.common.config import ConfigError
 from training.llama.model import LlamaShape
 from training.throughput import flops, llm
-from training.throughput.config import ModelSpec, RunArgs, load_model
+from training.throughput.config import ModelSpec, RunArgs, load_model, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
+PEERS = ("reference", "titan")  # in the order they run: the reference first, torchtitan after ours
 ROWS = {  # row -> (config, MODEL_TYPE, FP8)
     "llama8b-bf16": ("llama-3.1-8b-8k.json", "llama", False),
     "llama8b-fp8": ("llama-3.1-8b-8k.json", "llama", True),
@@ -82,24 +91,67 @@ def shape_of(row: str, args) -> LlamaShape:
     return shape.replace(max_seq_length=args.seq, num_layers=args.layers)
 
 
-def ours_step(row: str, variant: str, shape: LlamaShape, args, device, mesh, world: int):
-    _, model_type, fp8 = ROWS[row]
-    backend = "torchao" if variant == "ours-torchao" else "auto"
-    attention = {"ours-flash4": "flash4", "reference": "sdpa"}.get(variant, "auto")
-    reference = variant == "reference"
-    run = RunArgs(
-        Path(ROWS[row][0]),
-        model_type,
-        batch_size=args.mbs,
-        enable_fp8=fp8 and not reference,
-        grad_accum=1,
-        enable_compile=args.compile and not reference,
-        fp8_backend=backend,
-        attention=attention,
-        bf16_weights=variant not in ("ours-autocast", "reference"),
-        activation_checkpointing=reference,
-    )
-    spec = ModelSpec(row, model_type, Path(ROWS[row][0]), shape=shape)
+# the flags the bench sets itself (`--mbs`, one iteration a step, `--seq`, `--layers`)
+BENCH_FLAGS = ("batch_size", "grad_accum", "grad_accumlate_pre_steps", "seq_len", "num_layers")
+# the reference peer: our step in bf16, eager, PyTorch's SDPA, autocast's casts, every block recomputed
+REFERENCE = (
+    "--enable_fp8 False --enable_compile False --attention sdpa --bf16_weights False "
+    "--activation_checkpointing True"
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A run of ours: `label` names it in the results, `flags` are `train_fsdp.py`'s, as written."""
+
+    label: str
+    flags: tuple[str, ...]
+
+
+def variants(texts: list[str]) -> list[Variant]:
+    """The variants of `texts` ('LABEL: --flag value ...', `;` between several), each flag read by the suite's
+    parser; a flag the bench sets, or a label given twice, is an error."""
+    out = []
+    for text in (one for given in texts for one in given.split(";") if one.strip()):
+        try:
+            words = shlex.split(text)
+        except ValueError as err:
+            raise ConfigError(f"variant {text!r}: {err}") from None
+        label = None
+        if words and words[0].endswith(":"):
+            label, words = words[0][:-1], words[1:]
+            if not label or ":" in label:
+                raise ConfigError(f"variant {text!r}: the label before ':' must be one word without ':'")
+        if words and not words[0].startswith("--"):
+            raise ConfigError(f"variant {text!r}: expected train_fsdp.py flags (--name value ...)")
+        names = [w[2:].partition("=")[0].replace("-", "_") for w in words if w.startswith("--")]
+        if taken := [f"--{n}" for n in names if n in BENCH_FLAGS]:
+            raise ConfigError(
+                f"variant {text!r}: {', '.join(taken)} is set by the bench (--mbs, --seq, --layers)"
+            )
+        try:  # the suite's parser: a bad flag or value, named
+            parse_args(["model.json", "llama", *words])
+        except ConfigError as err:
+            raise ConfigError(f"variant {text!r}: {err}") from None
+        out.append(Variant(label or " ".join(words) or "ours", tuple(words)))
+    labels = [v.label for v in out]
+    if twice := sorted({label for label in labels if labels.count(label) > 1 or label in PEERS}):
+        raise ConfigError(
+            f"variant label(s) {', '.join(twice)} given twice or a peer's: label each 'LABEL: ...'"
+        )
+    return out
+
+
+def run_args(row: str, variant: Variant, args) -> RunArgs:
+    """The suite's flags for `variant` of `row`: the row's, the bench's, then the variant's own."""
+    config, model_type, fp8 = ROWS[row]
+    bench = ["--batch_size", str(args.mbs), "--grad_accum", "1", "--enable_fp8", str(fp8)]
+    bench += ["--enable_compile", str(args.compile)]
+    return parse_args([config, model_type, *bench, *variant.flags])
+
+
+def ours_step(run: RunArgs, row: str, shape: LlamaShape, args, device, mesh, world: int):
+    spec = ModelSpec(row, run.model_type, run.config_file, shape=shape)
     workload = llm.build(spec, run, device, mesh, world)
     lr_at = functools.partial(llama_lr, warmup=args.lr_warmup)
     rows = llama_batches(32, args.mbs, args.seq, shape.vocab_size, device, dist.get_rank())
@@ -226,22 +278,25 @@ def titan_step(row: str, shape: LlamaShape, args, device, world: int):
     return step, backends
 
 
-def bench(row: str, variant: str, args, device, mesh, world: int) -> dict:
-    fp8 = ROWS[row][2]
-    if fp8 and device.type != "cuda" and variant != "reference":
-        return {"skipped": "FP8 needs a GPU"}
-    if variant == "ours-torchao" and not fp8:
-        return {"skipped": "ours-torchao is an FP8 variant"}
-    if variant == "titan" and not importable("torchtitan"):
-        return {"skipped": "torchtitan not importable"}
+def bench(row: str, variant: Variant | str, args, device, mesh, world: int) -> dict:
+    """One row's run of `variant` (ours) or of the peer named `variant` ("titan")."""
     shape = shape_of(row, args)
-    if variant == "titan" and shape.sliding_window and device.type == "cpu":
-        return {"skipped": "torchtitan's window is FlexAttention, which has no backward on the CPU"}
     torch.manual_seed(0)
     if variant == "titan":
+        if ROWS[row][2] and device.type != "cuda":
+            return {"skipped": "FP8 needs a GPU"}
+        if not importable("torchtitan"):
+            return {"skipped": "torchtitan not importable"}
+        if shape.sliding_window and device.type == "cpu":
+            return {"skipped": "torchtitan's window is FlexAttention, which has no backward on the CPU"}
         train, backends = titan_step(row, shape, args, device, world)
     else:
-        train, backends = ours_step(row, variant, shape, args, device, mesh, world)
+        run = run_args(row, variant, args)
+        if run.enable_fp8 and device.type != "cuda":
+            return {"skipped": "FP8 needs a GPU"}
+        if not run.enable_fp8 and run.fp8_backend != "auto":
+            return {"skipped": f"--fp8_backend {run.fp8_backend}: an FP8 variant, and the row runs no FP8"}
+        train, backends = ours_step(run, row, shape, args, device, mesh, world)
     losses = []
 
     def step():
@@ -280,9 +335,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="llama8b-bf16,llama8b-fp8,mistral-bf16", help=", ".join(ROWS))
     ap.add_argument(
-        "--peers",
-        default="ours,titan",
-        help="ours, ours-torchao, ours-flash4, ours-autocast, titan (comma-separated)",
+        "--variant",
+        dest="variants",
+        action="append",
+        default=None,
+        metavar="'LABEL: --flag value ...'",
+        help="a run of ours with train_fsdp.py's flags on top, repeatable (default: 'ours:')",
+    )
+    ap.add_argument(
+        "--peer",
+        dest="peers",
+        action="append",
+        default=None,
+        choices=[*PEERS, "none"],
+        help=f"{', '.join(PEERS)} (repeatable; default both; none: neither)",
     )
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks at full width, to fit fewer GPUs")
     ap.add_argument("--seq", type=int, default=None, help="default 8192 (64 with --tiny)")
@@ -298,8 +364,16 @@ def main() -> int:
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--profile", type=int, default=0, help="print this many top GPU kernels per variant")
     ap.add_argument("--tiny", action="store_true", help="2-layer models of each row's family, CPU and gloo")
-    ap.add_argument("--no-reference", dest="reference", action="store_false", help="no loss parity reference")
     args = ap.parse_args()
+    try:  # every variant's flags before anything runs: a bad one stops the call at once
+        ours = variants(args.variants or ["ours:"])
+    except ConfigError as err:
+        ap.error(str(err))
+    peers = [p for p in PEERS if p in (args.peers or PEERS)]
+    if args.peers and "none" in args.peers and len(args.peers) > 1:
+        ap.error("--peer none: no other --peer with it")
+    reference = [Variant("reference", tuple(shlex.split(REFERENCE)))] if "reference" in peers else []
+    runs = [*reference, *ours, *(["titan"] if "titan" in peers else [])]
     gpu = torch.cuda.is_available() and not args.tiny
     procs = processes.start(gpu)
     device, rank, world = procs.device, procs.rank, procs.world
@@ -320,12 +394,10 @@ def main() -> int:
         f"{results['device']} x {world}, torch {torch.__version__}, seq {args.seq}, batch {args.mbs} per GPU",
         flush=True,
     )
-    peers = args.peers.split(",")
-    if args.reference and "reference" not in peers:
-        peers.insert(0, "reference")
     for row in args.rows.split(","):
-        for variant in peers:
-            name = f"{row}:{variant}"
+        for variant in runs:
+            label = variant if isinstance(variant, str) else variant.label
+            name = f"{row}:{label}"
             try:
                 r = bench(row, variant, args, device, mesh, world)
             except torch.cuda.OutOfMemoryError as err:
@@ -333,6 +405,8 @@ def main() -> int:
             except Exception as err:  # noqa: BLE001 - one peer failing (an import, say) leaves the others' rows
                 traceback.print_exc()
                 r = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+            if not isinstance(variant, str):
+                r = {"flags": " ".join(variant.flags), **r}
             results["runs"][name] = r
             gc.collect()  # the variant's model and optimizer go with bench()'s frame
             if gpu:
@@ -373,14 +447,15 @@ def table(results: dict) -> str:
     lines = [
         f"\n{results['device']} x {results['world_size']}, seq {results['seq']}, batch {results['mbs']} "
         "per GPU" + (f", {results['layers']} blocks (reduced depth)" if results["layers"] else ""),
-        "| row | peer | ms/step | tokens/s/GPU | TFLOP/s/GPU (ours) | TFLOP/s/GPU (AMD's count) | peak GiB "
-        "| ours / torchtitan | loss parity |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| row | variant | flags | ms/step | tokens/s/GPU | TFLOP/s/GPU (ours) | TFLOP/s/GPU (AMD's count) "
+        "| peak GiB | ours / torchtitan | loss parity |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results["runs"].items():
-        row, peer = name.split(":")
+        row, _, peer = name.partition(":")
+        flags = f"`{r['flags']}`" if r.get("flags") else "-"
         if "ms" not in r:
-            lines.append(f"| {row} | {peer} | {r.get('skipped') or r.get('error')} | | | | | | |")
+            lines.append(f"| {row} | {peer} | {flags} | {r.get('skipped') or r.get('error')} | | | | | | |")
             continue
         titan = results["runs"].get(f"{row}:titan", {})
         ratio, check = None, r.get("parity")
@@ -388,9 +463,9 @@ def table(results: dict) -> str:
             ratio = r["tokens_per_s_per_gpu"] / titan["tokens_per_s_per_gpu"]
         t = r["tflops_per_gpu"]
         lines.append(
-            f"| {row} | {peer} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:,.0f} | {flops.fmt(t['ours'])} "
-            f"| {flops.fmt(t['amd'])} | {r['peak_gib']:.1f} | {parity.ratio_cell(ratio, check)} "
-            f"| {parity.column(check)} |"
+            f"| {row} | {peer} | {flags} | {r['ms']:.1f} | {r['tokens_per_s_per_gpu']:,.0f} "
+            f"| {flops.fmt(t['ours'])} | {flops.fmt(t['amd'])} | {r['peak_gib']:.1f} "
+            f"| {parity.ratio_cell(ratio, check)} | {parity.column(check)} |"
         )
     return "\n".join(lines)
 

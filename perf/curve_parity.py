@@ -31,11 +31,15 @@ only (on the CPU every variant runs COMPILE=0).
   `LlamaForCausalLM` given our initial weights (float32 masters, bf16 autocast); AdamW (torch) with
   betas (0.9, 0.95), weight decay 0.1 on matrices, clip 1.0, 10 warm-up steps to 3e-5 then cosine.
   Ours: eager (ATTENTION=sdpa ADAMW_IMPL=torch), compiled (COMPILE=1, the trainer's AdamW), native FP8,
-  torchao's float8.
+  torchao's float8 (on GPUs);
+  `--llama-variant` chooses others.
 - bert: BERT-Large, 32 rows of 128 tokens a step ([CLS] A [SEP] B [SEP], B the next text half the time, 15%
-  of the tokens masked); the reference is Hugging Face `BertForPreTraining` with our LAMB (weight decay 0.01,
-  not on biases and norms, clip 1.0), lr 1e-3 after 5 warm-up steps; ours starts from its weights
-  (`from_hf_state_dict`): eager, compiled, native FP8.
+  of the tokens masked); the reference is Hugging Face `BertForPreTraining` with BERT's LAMB (its config's
+  defaults: weight decay 0.01, not on biases and norms, clip 1.0), lr 1e-3 after 5 warm-up steps. Ours is
+  BERT's config built by its `build_run` (`BertConfig.run_spec`), started from the reference's weights as the
+  trainer starts from a checkpoint (INIT_CHECKPOINT): eager with PyTorch's SDPA (COMPILE=0 ATTENTION=sdpa
+  PRECISION=bf16), compiled (COMPILE=1, the trainer's attention and compiled LAMB update), native FP8;
+  `--bert-variant` chooses others.
 
 Verdict per variant: the benches' one verdict and tolerance table (`perf/lib/parity.py`), over all steps for
 bf16 variants, after the first `FP8_WARMUP` steps for FP8 ones (their delayed scaling learns its scales),
@@ -240,7 +244,11 @@ def part_llama(args, device) -> dict:
         "fp8-torchao: COMPILE=1 PRECISION=fp8 FP8_BACKEND=torchao",
     ]
     settings = {"hf-bf16": {}}
-    for v in map(overrides.variant, texts):
+    try:
+        chosen = overrides.variants(args.llama_variant or texts)
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
+    for v in chosen:
         if v.overrides.get("FP8_BACKEND") == "torchao" and device.type != "cuda":
             continue
         torch.manual_seed(0)
@@ -259,19 +267,27 @@ def part_llama(args, device) -> dict:
 # ---- BERT ----
 
 
+# what the BERT curve sets of the settings it does not read (no data, its own rows); LR: the schedule's peak
+BERT_VALUES = {"DATADIR": "/nonexistent", "MAX_STEPS": "1", "LR": "1e-3"}
+BERT_VARIANTS = (
+    "bf16-eager: COMPILE=0 ATTENTION=sdpa PRECISION=bf16",
+    "bf16: COMPILE=1 PRECISION=bf16",
+    f"fp8: COMPILE=1 {NATIVE}",
+)
+
+
 def part_bert(args, device) -> dict:
+    import tempfile
+
     import transformers
 
     from training.bert import data
-    from training.bert.attention import choose_attention
-    from training.bert.build import apply_compile, autocast_context, fp8_settings
-    from training.bert.model import BertForPackedPretraining, BertShape, from_hf_state_dict
+    from training.bert.build import build_run
+    from training.bert.config import BertConfig
+    from training.bert.model import BertShape
     from training.bert.optim import Lamb, param_groups, poly_warmup_lr
-    from training.bert.step import train_step
     from training.common import dist
-    from training.fp8 import apply_fp8
 
-    on_gpu = device.type == "cuda"
     shape = BertShape(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if args.tiny:
         shape = BertShape(
@@ -283,6 +299,25 @@ def part_bert(args, device) -> dict:
             attention_probs_dropout_prob=0.0,
         )
     rows, seq = 32 if not args.tiny else 4, 128
+    try:
+        chosen = overrides.variants(args.bert_variant or BERT_VARIANTS)
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
+    folder = tempfile.TemporaryDirectory()
+    # ours start from the peer's weights (saved below) as the trainer starts from a checkpoint
+    initial = Path(folder.name, "initial.pt")
+    values = {**BERT_VALUES, "BATCHSIZE": str(rows), "INIT_CHECKPOINT": str(initial)}
+    try:
+        start = overrides.base("bert", None, values)
+        # every variant first: a bad one stops the call before anything trains
+        specs = {
+            v.label: overrides.build(
+                BertConfig, start, {**v.overrides, **({} if device.type == "cuda" else {"COMPILE": "0"})}
+            ).run_spec(shape)
+            for v in chosen
+        }
+    except overrides.OverrideError as err:
+        raise SystemExit(f"curve_parity: {err}") from None
     all_rows = text_rows(rows * args.steps, seq)
     batches = [data.collate(all_rows[i * rows : (i + 1) * rows], seq) for i in range(args.steps)]
     config = transformers.BertConfig(
@@ -297,40 +332,36 @@ def part_bert(args, device) -> dict:
     )
     torch.manual_seed(0)
     hf = transformers.BertForPreTraining(config).to(device)
-    initial = from_hf_state_dict(
-        {k: v.detach().clone() for k, v in hf.state_dict().items()}, shape.num_hidden_layers
+    torch.save({k: v.detach().cpu() for k, v in hf.state_dict().items()}, initial)
+    o = overrides.build(BertConfig, start, {}).run_spec(shape).optimizer  # the peer takes BERT's LAMB
+    lr, total = o.lr, args.steps
+    lamb = Lamb(
+        param_groups(hf, o.weight_decay), lr=lr, betas=o.betas, eps=o.eps, max_grad_norm=o.max_grad_norm
     )
-    lr, total = 1e-3, args.steps
-    autocast = torch.autocast(device.type, torch.bfloat16)
-
-    def lamb(model):
-        return Lamb(param_groups(model, 0.01), lr=lr, betas=(0.9, 0.999), eps=1e-6, max_grad_norm=1.0)
-
-    hf_step = peers.hf_bert_step(hf, lamb(hf), seq, autocast, device)
+    hf_step = peers.hf_bert_step(hf, lamb, seq, torch.autocast(device.type, torch.bfloat16), device)
     curves = {"hf-bf16": train_curve(lambda i, b, _: hf_step(b, poly_warmup_lr(i, lr, total, 5)), batches)}
-    del hf
+    del hf, lamb
     release(device)
     info = dist.init_distributed()
-    for name in ("ours-bf16-eager", "ours-bf16", "ours-fp8native"):
-        compiled = on_gpu and not name.endswith("eager")
-        precision = "fp8" if "fp8" in name else "bf16"
-        attention = choose_attention("auto") if compiled else "sdpa"  # the trainer's pick, or PyTorch's SDPA
-        model = BertForPackedPretraining(shape, attention).to(device)
-        model.load_state_dict(initial)
-        fp8 = apply_fp8(model, fp8_settings("native") if precision == "fp8" else None)
-        optimizer = lamb(model)
-        train_model = apply_compile(model, compiled)
-        context = autocast_context(precision, device, fp8)
-
-        def ours_step(i, b, steps, train_model=train_model, optimizer=optimizer, context=context):
-            for group in optimizer.param_groups:
-                group["lr"] = poly_warmup_lr(i, lr, total, 5)
-            return train_step(train_model, optimizer, iter([b]), 1, context, info)
-
-        curves[name] = train_curve(ours_step, batches)
+    settings = {"hf-bf16": {}}
+    for v in chosen:
+        _, step, _ = build_run(specs[v.label], info)
+        curves[v.label] = train_curve(
+            lambda i, b, _, step=step: step(iter([b]), poly_warmup_lr(i, lr, total, 5)), batches
+        )
+        settings[v.label] = v.overrides
+        del step
         release(device)
+    folder.cleanup()
     uniform = parity.uniform_loss(shape.vocab_size) + math.log(2)
-    return {"reference": "hf-bf16", "shape": str(shape), "curves": curves, "uniform": uniform}
+    return {
+        "reference": "hf-bf16",
+        "shape": str(shape),
+        "curves": curves,
+        "uniform": uniform,
+        "vocab": shape.vocab_size,
+        "settings": settings,
+    }
 
 
 # ---- shared ----
@@ -399,6 +430,14 @@ def main() -> int:
         metavar="'LABEL: NAME=VALUE ...'",
         help="lora: a variant of ours to run, repeatable (`perf/lib/overrides.py`)",
     )
+    for part in ("llama", "bert"):
+        ap.add_argument(
+            f"--{part}-variant",
+            action="append",
+            default=None,
+            metavar="'LABEL: NAME=VALUE ...'",
+            help=f"{part}: a variant of ours to run, repeatable (`perf/lib/overrides.py`)",
+        )
     ap.add_argument(
         "--lora-control",
         default=None,

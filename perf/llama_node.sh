@@ -5,8 +5,10 @@
 #   hf      perf/bench_llama.py: the Hugging Face peer (BF16) against ours in BF16 and native FP8 (the fastest
 #           FP8 mode: fused FP8 MLP, FP8 all-gather, Triton AdamW), blocks kept gathered, one micro-batch a step
 #   titan   perf/bench_throughput.py --layers 32: ours against torchtitan's Llama 3.1 8B in BF16 and FP8 (its
-#           float8), same shape, both resharding after forward (torchtitan's default); PEERS, TITAN_STEPS (timed
-#           steps, default 6), LR_WARMUP (the parity schedule's warm-up, default 10), MBS (rows a GPU, default 1)
+#           float8), same shape, both resharding after forward (torchtitan's default); TITAN_VARIANTS (ours with
+#           train_fsdp.py's flags, 'LABEL: --flag value ...' ';'-separated, default 'ours:'), PEERS (space-separated:
+#           reference titan, the default, or none), TITAN_STEPS (timed steps, default 6), LR_WARMUP (the parity
+#           schedule's warm-up, default 10), MBS (rows a GPU, default 1)
 #   accum   perf/bench_llama.py with the trainer's accumulation (GBS 16 / GPUs micro-batches a step), ours FP8
 #           (ACCUM_VARIANTS, 'LABEL: NAME=VALUE ...' ';'-separated, default native FP8 with the blocks kept
 #           gathered; ACCUM_REFERENCE, the parity reference, default the bench's; ACCUM_SET, the settings of
@@ -27,6 +29,9 @@ profile="${PROFILE:-0}"
 [[ ${profile} =~ ^[0-9]+$ ]] || { echo "llama_node.sh: PROFILE=${profile} is not a whole number" >&2; exit 2; }
 llama_profile=()
 [[ ${profile} == 0 ]] || llama_profile=(--profile)
+read -ra peer_names <<<"${PEERS:-reference titan}"
+peers=()
+for peer in "${peer_names[@]}"; do peers+=(--peer "${peer}"); done
 status=0  # a failed stage is reported at the end; the later stages still run
 if [[ " ${stages} " == *" hf "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_llama --set 'COMPILE=1 ATTENTION=sdpa' --peer 'hf-bf16:' \
@@ -35,7 +40,7 @@ if [[ " ${stages} " == *" hf "* ]]; then
 fi
 if [[ " ${stages} " == *" titan "* ]]; then
   OUT="${out}" "${run[@]}" -m perf.bench_throughput --layers 32 --rows "${ROWS:-llama8b-bf16,llama8b-fp8}" \
-    --peers "${PEERS:-ours,titan}" --steps "${TITAN_STEPS:-6}" --warmup 2 --lr-warmup "${LR_WARMUP:-10}" \
+    --variant "${TITAN_VARIANTS:-ours:}" "${peers[@]}" --steps "${TITAN_STEPS:-6}" --warmup 2 --lr-warmup "${LR_WARMUP:-10}" \
     --mbs "${MBS:-1}" --profile "${profile}" 2>&1 | tee "${out}/bench_throughput.log" || status=1
 fi
 if [[ " ${stages} " == *" accum "* ]]; then

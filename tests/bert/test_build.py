@@ -107,3 +107,20 @@ def test_bench_variants_are_the_config_plus_overrides():
     assert (eager.compile, eager.precision, eager.residual_dtype) == (False, "bf16", "fp32")
     with pytest.raises(overrides.OverrideError, match="takes no settings"):
         bench_bert.variant_specs(overrides.from_args(args, ["hf: COMPILE=1"]), None, 48, SHAPE)
+
+
+def test_curve_parity_builds_bert_from_its_config():
+    """`perf/curve_parity.py bert`: ours is BERT's config plus the variant's overrides, built by `build_run`
+    from the peer's weights; a misspelt setting stops the call before anything trains, naming the nearest."""
+    from perf import curve_parity
+    from perf.lib import parity
+
+    args = argparse.Namespace(tiny=True, steps=2, bert_variant=["eager: ATTENTION=sdpa PRECISION=bf16"])
+    part = curve_parity.part_bert(args, torch.device("cpu"))
+    assert part["settings"] == {"hf-bf16": {}, "eager": {"ATTENTION": "sdpa", "PRECISION": "bf16"}}
+    ours, peer = part["curves"]["eager"], part["curves"]["hf-bf16"]
+    # the same weights and batch in bf16 autocast: the first losses part by no more than the bf16 tolerance
+    assert abs(ours[0] - peer[0]) <= parity.TOLERANCE["bf16"] * abs(peer[0])
+    args.bert_variant = ["typo: ATTENTON=sdpa"]
+    with pytest.raises(SystemExit, match="ATTENTION"):
+        curve_parity.part_bert(args, torch.device("cpu"))

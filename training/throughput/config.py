@@ -371,6 +371,12 @@ def parser() -> argparse.ArgumentParser:
         "reduce-scatter the gradients after every iteration, as AMD's FSDP1 (default True); False: once "
         "per optimizer step, the model's unsharded fp32 gradients held in between (4 bytes a parameter)",
     )
+    switch(
+        "bf16_weights",
+        True,
+        "one GPU, BF16, one iteration a step: AdamW keeps the matrices in bf16 with fp32 masters, no "
+        "autocast casts (default True); False: fp32 weights cast by autocast each step",
+    )
     flag(
         "fp8_backend",
         choices=FP8_BACKENDS,
