@@ -32,8 +32,10 @@ SKIP_DIRS = {".git", ".venv", ".whl", "__pycache__", "node_modules"}
 SKIP_UNDER = ("tests/data/", "perf/results/", "input_preprocessing/bert/sample/")
 DATES_ARE_DATA = ("training/scoring/", "tests/scoring/")
 
-ORDINAL = (r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)"
-           r"|this|that|last|previous|earlier|later|an? (?:earlier|later|previous)) sessions?\b")  # fmt: skip
+ORDINAL = (
+    r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)"
+    r"|this|that|last|previous|earlier|later|an? (?:earlier|later|previous)) sessions?\b"
+)
 # "issue 38", "issues 20, 21", "issue #18", "PR 12", "pull request #3", and a bare "#38" (not "##38",
 # WordPiece's continuation, nor "&#38;", nor a URL's fragment)
 ISSUE = r"\bissues? #?\d+\b|\bPR #?\d+\b|\bpull request #?\d+\b|(?<![\w#&/])#\d+\b"
@@ -71,8 +73,13 @@ def files(root: Path = ROOT) -> list[Path]:
             if rel.startswith(SKIP_UNDER) or path == Path(__file__).resolve():
                 continue
             json_notes = path.suffix == ".json" and rel.startswith(("configs/", "tests/"))
-            if (path.suffix in {".py", ".sh", ".sub", ".toml"} or name.startswith("Dockerfile") or json_notes
-                    or re.fullmatch(r"requirements.*\.txt", name) or rel == ".ci/run"):  # fmt: skip
+            if (
+                path.suffix in {".py", ".sh", ".sub", ".toml"}
+                or name.startswith("Dockerfile")
+                or json_notes
+                or re.fullmatch(r"requirements.*\.txt", name)
+                or rel == ".ci/run"
+            ):
                 found.append(path)
     return found
 
@@ -121,12 +128,17 @@ def comments(path: Path, text: str) -> list[tuple[int, str]]:
 def problems(path: Path, root: Path = ROOT) -> list[str]:
     rel = path.relative_to(root).as_posix()
     text = path.read_text(errors="replace")
-    found = [f"{rel}:{line}: {what}: {said!r}" for what, pattern in EVERYWHERE.items()
-             for line, said in matches(text, pattern)]  # fmt: skip
+    found = [
+        f"{rel}:{line}: {what}: {said!r}"
+        for what, pattern in EVERYWHERE.items()
+        for line, said in matches(text, pattern)
+    ]
     if not rel.startswith(DATES_ARE_DATA) and DATE.search(text):
         for first, comment in comments(path, text):
-            found += [f"{rel}:{first + comment.count(chr(10), 0, m.start())}: a date: {m.group(0)!r}"
-                      for m in DATE.finditer(comment)]  # fmt: skip
+            found += [
+                f"{rel}:{first + comment.count(chr(10), 0, m.start())}: a date: {m.group(0)!r}"
+                for m in DATE.finditer(comment)
+            ]
     if rel.startswith(CONFIGS) and path.suffix == ".sh":
         found += config_problems(path, text, root)
     return found
@@ -160,16 +172,24 @@ def test_code_configs_and_tests_say_what_is():
 
 def test_the_patterns_fire_on_history_and_not_on_versions_or_data(tmp_path):
     history = tmp_path / "history.py"
-    history.write_text('"""Faster since the fifth\nsession (issue 38; see #38)."""\n\n'
-                       "# measured 2026-11-27 on an H100\nx = 1  # sixth session\n")  # fmt: skip
+    history.write_text(
+        '"""Faster since the fifth\nsession (issue 38; see #38)."""\n\n'
+        "# measured 2026-11-27 on an H100\nx = 1  # sixth session\n"
+    )
     said = [p.split(": ", 1)[1] for p in problems(history, tmp_path)]
-    assert said == ["an ordinal of past work: 'fifth session'", "an ordinal of past work: 'sixth session'",
-                    "an issue number: 'issue 38'", "an issue number: '#38'",
-                    "a date: '2026-11-27'"]  # fmt: skip
+    assert said == [
+        "an ordinal of past work: 'fifth session'",
+        "an ordinal of past work: 'sixth session'",
+        "an issue number: 'issue 38'",
+        "an issue number: '#38'",
+        "a date: '2026-11-27'",
+    ]
     fine = tmp_path / "fine.py"
-    fine.write_text('"""MLPerf 5.1.0 (round v4.0), ##38 WordPiece, &#38;, a session of its own."""\n'
-                    'LOG = "RESULT,bert,,26,2026-11-27 02:53:40 AM"\nstart_new_session = True\n'
-                    "# measured: perf/results/2026-11-27/bench_lora_20blocks.json\n")  # fmt: skip
+    fine.write_text(
+        '"""MLPerf 5.1.0 (round v4.0), ##38 WordPiece, &#38;, a session of its own."""\n'
+        'LOG = "RESULT,bert,,26,2026-11-27 02:53:40 AM"\nstart_new_session = True\n'
+        "# measured: perf/results/2026-11-27/bench_lora_20blocks.json\n"
+    )
     shell = tmp_path / "x.sh"
     shell.write_text('echo "${#names[@]}"  # the count\nurl="https://example.com/a#12"\n')
     assert problems(fine, tmp_path) == [] and problems(shell, tmp_path) == []

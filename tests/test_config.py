@@ -76,13 +76,25 @@ def test_system_from_config_path():
 )
 def test_shipped_configs_parse(config):
     """Every shipped config sources cleanly, names its system after its file, and is a valid BertConfig."""
-    out = subprocess.run(["bash", "-c", f". {config} && env"], env={"PATH": "/usr/bin:/bin"}, check=True,
-                         capture_output=True, text=True, cwd=ROOT).stdout  # fmt: skip
+    out = subprocess.run(
+        ["bash", "-c", f". {config} && env"],
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     assert env["DGXSYSTEM"] == config.stem.removeprefix("config_")
     assert env["BENCHMARK"] == "bert"
-    names = subprocess.run(["bash", "-c", f". {config} && compgen -e"], env={"PATH": "/usr/bin:/bin"},
-                           check=True, capture_output=True, text=True, cwd=ROOT).stdout.split()  # fmt: skip
+    names = subprocess.run(
+        ["bash", "-c", f". {config} && compgen -e"],
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout.split()
     cfg = BertConfig.from_env(
         {"DATADIR": "/data", **env}, config_vars=[n for n in names if n not in ("PATH", "PWD", "SHLVL", "_")]
     )

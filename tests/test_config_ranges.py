@@ -15,10 +15,15 @@ from training.llama31_8b.config import LlamaPretrainConfig
 
 BASES = {
     BertConfig: {"DATADIR": "/data", "BATCHSIZE": "48", "LR": "0.00096", "MAX_STEPS": "4000"},
-    LlamaPretrainConfig: {"DATADIR": "/data", "GBS": "32", "MBS": "2", "MAX_LR": "8e-4",
-                          "WARMUP_STEPS": "128"},
+    LlamaPretrainConfig: {
+        "DATADIR": "/data",
+        "GBS": "32",
+        "MBS": "2",
+        "MAX_LR": "8e-4",
+        "WARMUP_STEPS": "128",
+    },
     LoraConfig: {"DATADIR": "/data", "MINIBS": "2", "LR": "2e-3"},
-}  # fmt: skip
+}
 CONFIGS = list(BASES)
 
 
@@ -28,8 +33,11 @@ def make(cls, **env):
 
 def numeric_fields(cls) -> list[dataclasses.Field]:
     hints = typing.get_type_hints(cls)
-    return [f for f in dataclasses.fields(cls)
-            if {int, float} & set(typing.get_args(hints[f.name]) or (hints[f.name],))]  # fmt: skip
+    return [
+        f
+        for f in dataclasses.fields(cls)
+        if {int, float} & set(typing.get_args(hints[f.name]) or (hints[f.name],))
+    ]
 
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
@@ -92,9 +100,12 @@ def test_a_prefixed_name_close_to_a_known_one_is_refused():
 
 @pytest.mark.parametrize(
     "cls, latest, earlier, absent",
-    [(BertConfig, "5.0.0", "4.1.0", "5.1.0"), (LlamaPretrainConfig, "6.1.0", "5.1.0", "5.0.0"),
-     (LoraConfig, "6.1.0", "4.0.0", "3.1.0")],
-)  # fmt: skip
+    [
+        (BertConfig, "5.0.0", "4.1.0", "5.1.0"),
+        (LlamaPretrainConfig, "6.1.0", "5.1.0", "5.0.0"),
+        (LoraConfig, "6.1.0", "4.0.0", "3.1.0"),
+    ],
+)
 def test_mlperf_ruleset_is_one_of_the_benchmarks_rounds(cls, latest, earlier, absent):
     assert make(cls).effective_ruleset() == latest
     assert make(cls, MLPERF_RULESET=earlier).effective_ruleset() == earlier

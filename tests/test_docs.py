@@ -9,9 +9,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted({*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("training/**/README.md"),
-               *ROOT.glob("input_preprocessing/**/README.md"), *ROOT.glob("configs/*/*.sh"),
-               *ROOT.glob("Dockerfile.*"), *ROOT.glob("input_preprocessing/**/*.sh")})  # fmt: skip
+DOCS = sorted(
+    {
+        *ROOT.glob("*.md"),
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("training/**/README.md"),
+        *ROOT.glob("input_preprocessing/**/README.md"),
+        *ROOT.glob("configs/*/*.sh"),
+        *ROOT.glob("Dockerfile.*"),
+        *ROOT.glob("input_preprocessing/**/*.sh"),
+    }
+)
 
 
 def test_the_outputs_table_names_every_benchmark_s_files():

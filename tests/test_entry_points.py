@@ -12,8 +12,15 @@ import pytest
 from training.benchmarks import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ["training.preflight", "training.doctor", "training.benchmarks", "training.scoring",
-         "training.scoring.compliance", "training.common.outcome", "training.prepare_hint"]  # fmt: skip
+TOOLS = [
+    "training.preflight",
+    "training.doctor",
+    "training.benchmarks",
+    "training.scoring",
+    "training.scoring.compliance",
+    "training.common.outcome",
+    "training.prepare_hint",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -24,9 +24,15 @@ class FakeTeLinear(nn.Linear):
 
 def fake_transformer_engine(monkeypatch) -> list[str]:
     entered = []
-    te, pytorch, common, recipe = (types.ModuleType(n) for n in (
-        "transformer_engine", "transformer_engine.pytorch", "transformer_engine.common",
-        "transformer_engine.common.recipe"))  # fmt: skip
+    te, pytorch, common, recipe = (
+        types.ModuleType(n)
+        for n in (
+            "transformer_engine",
+            "transformer_engine.pytorch",
+            "transformer_engine.common",
+            "transformer_engine.common.recipe",
+        )
+    )
     te.__spec__ = importlib.machinery.ModuleSpec("transformer_engine", None)
     pytorch.Linear = FakeTeLinear
     pytorch.fp8_autocast = lambda enabled, fp8_recipe: contextlib.nullcontext(entered.append(fp8_recipe))
@@ -41,8 +47,11 @@ def fake_transformer_engine(monkeypatch) -> list[str]:
 def test_te_swaps_bert_encoder_linears_keeping_weights_and_biases(monkeypatch):
     entered = fake_transformer_engine(monkeypatch)
     torch.manual_seed(0)
-    model = BertForPackedPretraining(BertShape(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                               num_attention_heads=4, vocab_size=128))  # fmt: skip
+    model = BertForPackedPretraining(
+        BertShape(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=128
+        )
+    )
     for p in model.parameters():  # non-zero biases, as a checkpoint has
         nn.init.normal_(p)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -55,8 +64,11 @@ def test_te_swaps_bert_encoder_linears_keeping_weights_and_biases(monkeypatch):
         pass
     assert entered == [{"fp8_format": "hybrid", "amax_history_len": 4, "amax_compute_algo": "most_recent"}]
     # FP8_AMAX_HISTORY and FP8_AMAX_ALGO reach Transformer Engine's recipe (NVIDIA v4.0's LoRA: 32, max)
-    bert = BertForPackedPretraining(BertShape(num_hidden_layers=1, hidden_size=64, intermediate_size=128,
-                                              num_attention_heads=4, vocab_size=128))  # fmt: skip
+    bert = BertForPackedPretraining(
+        BertShape(
+            num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=128
+        )
+    )
     fp8 = apply_fp8(bert, Fp8Settings("te", amax_history=32, amax_algo="max"))
     with fp8.forward_context():
         pass
@@ -102,8 +114,11 @@ def test_most_recent_amax_is_the_native_default_bit_for_bit():
     torch.manual_seed(0)
     base = nn.Linear(64, 32)
     reference = _steps(Fp8Linear.from_linear(base), [8.0, 1.0, 2.0])
-    for settings in (Fp8Settings("native"), Fp8Settings("native", amax_history=32),
-                     Fp8Settings("native", amax_history=1, amax_algo="max")):  # fmt: skip
+    for settings in (
+        Fp8Settings("native"),
+        Fp8Settings("native", amax_history=32),
+        Fp8Settings("native", amax_history=1, amax_algo="max"),
+    ):
         model = nn.Module()
         model.layers = nn.Sequential(nn.Linear(64, 32))
         model.layers[0].load_state_dict(base.state_dict())
@@ -209,8 +224,11 @@ def test_swiglu_inputs_kept_in_fp8_halve_their_memory_and_train_within_fp8_error
     scales; the forward is the same, bit for bit; the gradients, from e4m3-rounded inputs, within FP8's error
     of those from bf16 ones, and not equal to them (the codes are what the backward read)."""
     torch.manual_seed(0)
-    base = {"up": nn.Linear(64, 96, bias=False), "gate": nn.Linear(64, 96, bias=False),
-            "down": nn.Linear(96, 64, bias=False)}  # fmt: skip
+    base = {
+        "up": nn.Linear(64, 96, bias=False),
+        "gate": nn.Linear(64, 96, bias=False),
+        "down": nn.Linear(96, 64, bias=False),
+    }
     runs = []
     for packed in (False, True):
         mlp = FusedFp8MLP("up", "down", "gate", {n: Fp8Linear.from_linear(m) for n, m in base.items()})
@@ -307,8 +325,9 @@ def fake_kernels(fault: str = "") -> types.SimpleNamespace:
         h = (g if fault == "swiglu" else F.silu(g)) * u
         return cast_transpose(h, scale, amax, torch.float8_e4m3fn, update_amax, transpose)
 
-    def swiglu_backward_cast_transpose(dh, g, u, g_scale, u_scale, g_amax, u_amax, transpose=True, g_inv=None,
-                                       u_inv=None):  # fmt: skip
+    def swiglu_backward_cast_transpose(
+        dh, g, u, g_scale, u_scale, g_amax, u_amax, transpose=True, g_inv=None, u_inv=None
+    ):
         if g_inv is not None:
             ones = torch.ones(())
             g, u = (
@@ -384,8 +403,11 @@ def test_native_fp8_fuses_the_mlps_the_benchmark_names_keeping_parameter_names()
     objects unchanged); other modules and the heads keep their linears."""
     from training.bert.model import FeedForward
 
-    model = BertForPackedPretraining(BertShape(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                               num_attention_heads=4, vocab_size=128))  # fmt: skip
+    model = BertForPackedPretraining(
+        BertShape(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=128
+        )
+    )
     before = dict(model.named_parameters())
     fp8 = apply_fp8(model, Fp8Settings("native", fuse_mlp=MlpLayout(FeedForward, up="up", down="down")))
     assert "8 linear layers" in fp8.description and "2 MLPs fused" in fp8.description
@@ -400,8 +422,16 @@ def _tiny_fp8_llama(fp8: bool, stored: bool = False):
     from training.llama.build import FP8_MLP, RunSpec, build_model
     from training.llama.model import LlamaShape
 
-    shape = LlamaShape(num_layers=4, hidden_size=128, ffn_hidden_size=256, num_heads=4, num_kv_heads=2,
-                       vocab_size=1024, max_seq_length=64, rope_scaling=None)  # fmt: skip
+    shape = LlamaShape(
+        num_layers=4,
+        hidden_size=128,
+        ffn_hidden_size=256,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=1024,
+        max_seq_length=64,
+        rope_scaling=None,
+    )
     settings = Fp8Settings("native", fuse_mlp=FP8_MLP)
     torch.manual_seed(0)
     features = parallel.Features(fp8=settings if fp8 else None)
@@ -542,8 +572,11 @@ def test_fast_accumulation_is_for_the_forward_gemms_only(monkeypatch):
     monkeypatch.setattr(torch, "_scaled_mm", recording)
     torch.manual_seed(0)
     for fast in (False, True):
-        base = {"up": nn.Linear(64, 96, bias=False), "gate": nn.Linear(64, 96, bias=False),
-                "down": nn.Linear(96, 64, bias=False)}  # fmt: skip
+        base = {
+            "up": nn.Linear(64, 96, bias=False),
+            "gate": nn.Linear(64, 96, bias=False),
+            "down": nn.Linear(96, 64, bias=False),
+        }
         lin = {n: Fp8Linear.from_linear(m, fast_accum=fast) for n, m in base.items()}
         mlp, single = (
             FusedFp8MLP("up", "down", "gate", lin),
@@ -564,8 +597,11 @@ def test_the_fp8_gemms_compute_the_same_under_cpu_autocast():
     would run in bf16: the native linear and fused MLP compute the same bits with autocast (one process's
     step) as without (FSDP2's bf16 parameters), forward and backward."""
     torch.manual_seed(0)
-    base = {"up": nn.Linear(64, 96, bias=False), "gate": nn.Linear(64, 96, bias=False),
-            "down": nn.Linear(96, 64, bias=False)}  # fmt: skip
+    base = {
+        "up": nn.Linear(64, 96, bias=False),
+        "gate": nn.Linear(64, 96, bias=False),
+        "down": nn.Linear(96, 64, bias=False),
+    }
     single, x = nn.Linear(64, 32), torch.randn(16, 64)
     results = []
     for on in (False, True):

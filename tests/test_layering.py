@@ -155,19 +155,33 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_each_rule_is_seen(tmp_path):
-    write(tmp_path, {
-        "training/common/util.py": "from training.alpha import model\nfrom training.fp8.choices import X\n",
-        "training/common/base.py": "from training.fp8 import apply_fp8\nfrom training.common import util\n",
-        "training/alpha/model.py": "from ..beta.data import rows\nfrom . import config\n",
-        "training/beta/data.py": "import input_preprocessing.beta.verify\n",
-        "training/doctor.py": "from training import beta\nimport perf.bench\n",
-        "input_preprocessing/common/files.py": "from input_preprocessing.alpha import sample\n",
-        "input_preprocessing/alpha/sample.py": "from ..beta import verify\nimport training.llama\n",
-        "input_preprocessing/beta/verify.py": "from training.beta.data import read\nimport training.common\n",
-        "perf/bench.py": "from training.alpha import model\nfrom input_preprocessing.beta import verify\n",
-    })  # fmt: skip
-    packages = {"training": {"training.alpha", "training.beta"}, "perf": set(),
-                "input_preprocessing": {"input_preprocessing.alpha", "input_preprocessing.beta"}}  # fmt: skip
+    write(
+        tmp_path,
+        {
+            "training/common/util.py": (
+                "from training.alpha import model\nfrom training.fp8.choices import X\n"
+            ),
+            "training/common/base.py": (
+                "from training.fp8 import apply_fp8\nfrom training.common import util\n"
+            ),
+            "training/alpha/model.py": "from ..beta.data import rows\nfrom . import config\n",
+            "training/beta/data.py": "import input_preprocessing.beta.verify\n",
+            "training/doctor.py": "from training import beta\nimport perf.bench\n",
+            "input_preprocessing/common/files.py": "from input_preprocessing.alpha import sample\n",
+            "input_preprocessing/alpha/sample.py": "from ..beta import verify\nimport training.llama\n",
+            "input_preprocessing/beta/verify.py": (
+                "from training.beta.data import read\nimport training.common\n"
+            ),
+            "perf/bench.py": (
+                "from training.alpha import model\nfrom input_preprocessing.beta import verify\n"
+            ),
+        },
+    )
+    packages = {
+        "training": {"training.alpha", "training.beta"},
+        "perf": set(),
+        "input_preprocessing": {"input_preprocessing.alpha", "input_preprocessing.beta"},
+    }
     apart = "benchmark packages never import each other"
     shared = "shared code and entry points import no benchmark"
     other = "input_preprocessing/ imports no training benchmark"
@@ -314,24 +328,28 @@ def test_no_module_is_patched_from_outside():
 
 
 def test_the_perf_and_patch_rules_are_seen(tmp_path):
-    write(tmp_path, {
-        "perf/bench_a.py": "from perf import bench_b\nfrom perf.lib import rows\n",
-        "perf/bench_b.py": "import perf.lib.rows\ndef f():\n    from perf.bench_a import x\n",
-        "perf/lib/__init__.py": "",
-        "perf/lib/rows.py": "from perf.lib import text\nfrom perf import bench_a\n",
-        "perf/lib/text.py": "",
-        "training/__init__.py": "",
-        "training/alpha/__init__.py": "",
-        "training/alpha/model.py": "from training.alpha import kernels\nSIZE = 1\n",
-        "training/alpha/kernels.py": "BM = 32\n",
-        "training/beta/__init__.py": "",
-        "training/beta/patch.py": (
-            "import training.alpha.model as m\nfrom training.alpha import model\nfrom training import alpha\n"
-            "model.SIZE = 2\nm.SIZE += 1\nalpha.model.build = None\nsetattr(model, 'SIZE', 3)\n"
-            "k = model.kernels\nk.BM, other = 64, 1\nconfig = model.SIZE\nconfig.x = 1\n"
-        ),
-        "perf/bench_c.py": "from training.alpha import model\ndef f(monkeypatch):\n    del model.SIZE\n",
-    })  # fmt: skip
+    write(
+        tmp_path,
+        {
+            "perf/bench_a.py": "from perf import bench_b\nfrom perf.lib import rows\n",
+            "perf/bench_b.py": "import perf.lib.rows\ndef f():\n    from perf.bench_a import x\n",
+            "perf/lib/__init__.py": "",
+            "perf/lib/rows.py": "from perf.lib import text\nfrom perf import bench_a\n",
+            "perf/lib/text.py": "",
+            "training/__init__.py": "",
+            "training/alpha/__init__.py": "",
+            "training/alpha/model.py": "from training.alpha import kernels\nSIZE = 1\n",
+            "training/alpha/kernels.py": "BM = 32\n",
+            "training/beta/__init__.py": "",
+            "training/beta/patch.py": (
+                "import training.alpha.model as m\nfrom training.alpha import model\nfrom "
+                "training import alpha\n"
+                "model.SIZE = 2\nm.SIZE += 1\nalpha.model.build = None\nsetattr(model, 'SIZE', 3)\n"
+                "k = model.kernels\nk.BM, other = 64, 1\nconfig = model.SIZE\nconfig.x = 1\n"
+            ),
+            "perf/bench_c.py": "from training.alpha import model\ndef f(monkeypatch):\n    del model.SIZE\n",
+        },
+    )
     assert perf_command_imports(tmp_path) == [
         "perf/bench_a.py: imports perf.bench_b (a command imports no command)",
         "perf/bench_b.py: imports perf.bench_a (a command imports no command)",

@@ -121,8 +121,11 @@ def test_steps_that_count_their_own_samples_are_counted_so(caplog):
     evaluation, so train_samples, epoch_stop and the outcome count the steps after the last evaluation."""
     ended, events = run(caplog, [0.5, 0.9], Row("bert", True, "epoch_num"), own=7, max_steps=5, metric="acc")
     assert ended == Outcome("not_converged", "acc 0.9000 (target 1.0) after 35 samples")
-    counted = [(key, metadata.get("epoch_num", value)) for key, value, metadata in events
-               if key in ("eval_accuracy", "epoch_stop", "train_samples")]  # fmt: skip
+    counted = [
+        (key, metadata.get("epoch_num", value))
+        for key, value, metadata in events
+        if key in ("eval_accuracy", "epoch_stop", "train_samples")
+    ]
     assert counted == [
         ("eval_accuracy", 14),
         ("eval_accuracy", 28),

@@ -38,8 +38,11 @@ def wrapped_disk_full() -> Exception:
 @pytest.mark.parametrize(
     "err, status, described",
     [
-        (ShardError("/data/part_00003: cannot read HDF5"), "data_error",
-         "data error: /data/part_00003: cannot read HDF5"),
+        (
+            ShardError("/data/part_00003: cannot read HDF5"),
+            "data_error",
+            "data error: /data/part_00003: cannot read HDF5",
+        ),
         (FileNotFoundError(2, "No such file or directory", "/data/x.bin"), "data_error", "data error: "),
         (wrapped_disk_full(), "disk_full", "disk full: no space left on device writing /cache/index.npy"),
         (ConfigError("LR=x: not a number"), "config_error", "config error: LR=x: not a number"),
@@ -47,7 +50,7 @@ def wrapped_disk_full() -> Exception:
         (outcome.Interrupted(signal.SIGTERM), "interrupted", "interrupted: SIGTERM"),
         (RuntimeError("NCCL timeout"), "crashed", "crashed: RuntimeError: NCCL timeout"),
     ],
-)  # fmt: skip
+)
 def test_each_ending_is_named(err, status, described):
     got = classify(err)
     assert got.status == status and got.describe().startswith(described)
@@ -100,8 +103,14 @@ outcome.run(main, "toy")
 
 def run_entry(tmp_path: Path, how: str, rank: str = "0") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOGDIR": str(tmp_path), "RUN_TAG": "toy_1", "RANK": rank}
-    return subprocess.Popen([sys.executable, "-c", ENTRY, how], env=env, cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", ENTRY, how],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_a_run_writes_its_end_and_exits_with_its_status(tmp_path):
@@ -170,8 +179,9 @@ def test_a_torchrun_worker_skips_the_interpreters_teardown(tmp_path):
     env.update(PYTHONPATH=str(ROOT), LOGDIR=str(tmp_path), RUN_TAG="toy_1")
     for local_rank, teardown in (("0", False), (None, True)):
         run_env = {**env, "LOCAL_RANK": local_rank} if local_rank else env
-        done = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("unflushed line") and ("teardown ran" in done.stdout) == teardown
         assert outcome.read(tmp_path / "toy_1.log").status == "converged"

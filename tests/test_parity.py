@@ -131,9 +131,13 @@ def test_the_noise_of_other_dropout_seeds_replaces_the_fixed_tolerance():
     spiky = [r * (1.03 if i == 5 else 1.0) for i, r in enumerate(ref)]
     calm = [r * (1.015 if i == 8 else 1.0) for i, r in enumerate(ref)]
     off = [r * (1.06 if i == 5 else 1.0) for i, r in enumerate(ref)]
-    verdicts = parity.curve_verdicts({**curves, "ours-fp8native": spiky, "ours-fp8native-fp8w": calm,
-                                      "ours-fp8native-fastaccum": off}, "ours-bf16", math.log(V), 0,
-                                     seeds=("ours-bf16-seed1",))  # fmt: skip
+    verdicts = parity.curve_verdicts(
+        {**curves, "ours-fp8native": spiky, "ours-fp8native-fp8w": calm, "ours-fp8native-fastaccum": off},
+        "ours-bf16",
+        math.log(V),
+        0,
+        seeds=("ours-bf16-seed1",),
+    )
     assert verdicts["ours-fp8native"]["ok"], verdicts["ours-fp8native"]
     assert verdicts["ours-fp8native"]["judge"] == "seeds"
     calm_record = verdicts["ours-fp8native-fp8w"]

@@ -51,8 +51,16 @@ PICK = Pick("a mode", "x.json", "ours-fp8", "peer-bf16", "the peer")
 
 def call(ours: dict | None = None, peer: dict | None = None, **top) -> dict:
     """A bench's JSON: two runs of one call on 4 GPUs, the variant compared with the peer and passing."""
-    variant = {"tokens_per_s_per_gpu": 1500.0, "parity": {"reference": "peer-bf16", "tolerance": 0.05,
-               "ok": True, "max_rel_dev": 0.004, "verdict": "ok (0.40% max over 6 steps)"}}  # fmt: skip
+    variant = {
+        "tokens_per_s_per_gpu": 1500.0,
+        "parity": {
+            "reference": "peer-bf16",
+            "tolerance": 0.05,
+            "ok": True,
+            "max_rel_dev": 0.004,
+            "verdict": "ok (0.40% max over 6 steps)",
+        },
+    }
     reference = {
         "tokens_per_s_per_gpu": 1000.0,
         "parity": {"ok": True, "verdict": "reference (not degenerate)"},
@@ -83,18 +91,32 @@ def test_a_reference_is_named_by_its_settings():
 @pytest.mark.parametrize(
     "data, problem",
     [
-        (call(ours={"parity": {"ok": False, "verdict": "off by 13.6% at step 6 (> 5%)"}}),
-         "loss parity: off by 13.6% at step 6 (> 5%)"),
-        (call(ours={"parity": {"ok": True, "verdict": "no reference losses (peer-bf16 did not run): not "
-                                                      "degenerate only"}}),
-         "loss parity: no reference losses (peer-bf16 did not run): not degenerate only"),
+        (
+            call(ours={"parity": {"ok": False, "verdict": "off by 13.6% at step 6 (> 5%)"}}),
+            "loss parity: off by 13.6% at step 6 (> 5%)",
+        ),
+        (
+            call(
+                ours={
+                    "parity": {
+                        "ok": True,
+                        "verdict": "no reference losses (peer-bf16 did not run): not degenerate only",
+                    }
+                }
+            ),
+            "loss parity: no reference losses (peer-bf16 did not run): not degenerate only",
+        ),
         (call(ours={"parity": None}), "no loss-parity verdict"),
-        (call(peer={"tokens_per_s_per_gpu": None, "error": "out of memory"}),
-         "no peer in the same call (`peer-bf16` did not run)"),
-        (call(peer={"parity": {"ok": False, "verdict": "off by 2.8% at step 6 (> 2%)"}}),
-         "the peer's own loss parity: off by 2.8% at step 6 (> 2%)"),
+        (
+            call(peer={"tokens_per_s_per_gpu": None, "error": "out of memory"}),
+            "no peer in the same call (`peer-bf16` did not run)",
+        ),
+        (
+            call(peer={"parity": {"ok": False, "verdict": "off by 2.8% at step 6 (> 2%)"}}),
+            "the peer's own loss parity: off by 2.8% at step 6 (> 2%)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_other_row_is_listed_apart_with_its_reason(data, problem):
     for run in data["runs"].values():  # (None stands for a key the bench did not write)
         for key in [k for k, v in run.items() if v is None]:

@@ -34,8 +34,10 @@ def test_every_benchmark_has_its_words():
 
 @pytest.mark.parametrize("benchmark", sorted(WORDS))
 def test_the_convergence_plot_names_the_metric(drawn, benchmark):
-    runs = [convergence.Outcome(mode, 1, Path(f"{mode}.log"), True, 64.0, 1.0, [(32.0, 3.1), (64.0, 2.9)])
-            for mode in ("reference", "mode")]  # fmt: skip
+    runs = [
+        convergence.Outcome(mode, 1, Path(f"{mode}.log"), True, 64.0, 1.0, [(32.0, 3.1), (64.0, 2.9)])
+        for mode in ("reference", "mode")
+    ]
     convergence.plot(runs, 2.95, Path("convergence.png"), benchmark)
     (figure,) = drawn
     assert figure.axes[0].get_ylabel() == f"{WORDS[benchmark]} (eval_accuracy)"
@@ -44,9 +46,14 @@ def test_the_convergence_plot_names_the_metric(drawn, benchmark):
 @pytest.mark.parametrize("benchmark", sorted(WORDS))
 def test_the_scorer_s_plot_names_the_metric(drawn, benchmark):
     official = BENCHMARKS[benchmark].target
-    summary = {"benchmark": benchmark, "samples_key": "samples_count", "official_target": official,
-               "runs": [{"log": "run_1.log", "evals": [[8, official + 1], [16, official]],
-                         "target_accuracy": official}]}  # fmt: skip
+    summary = {
+        "benchmark": benchmark,
+        "samples_key": "samples_count",
+        "official_target": official,
+        "runs": [
+            {"log": "run_1.log", "evals": [[8, official + 1], [16, official]], "target_accuracy": official}
+        ],
+    }
     report.plot_eval_accuracy(summary, Path("eval_accuracy.png"))
     (figure,) = drawn
     axes = figure.axes[0]

@@ -33,8 +33,14 @@ def test_small_default_end_to_end(tmp_path, nexp):
         "CONTAINER_RUNTIME": "none",
         "PYTHON": sys.executable,
     }
-    proc = subprocess.run(["bash", "-c", 'source "${CONFIG_FILE}" && exec bash run_with_docker.sh'], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", 'source "${CONFIG_FILE}" && exec bash run_with_docker.sh'],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     logs = sorted(logdir.glob("bert_CPU_1x1x10_*.log"))

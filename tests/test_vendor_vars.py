@@ -40,8 +40,10 @@ def test_a_row_never_shadows_our_own_variable_and_is_one_a_name(bench):
 
 
 def test_amds_8b_scale_names_are_honored_and_recorded():
-    cfg = LlamaPretrainConfig.from_env({**LLAMA, "GBS": "32", "NNODES": "1", "GPUS_PER_NODE": "8"},
-                                       ["NNODES", "GPUS_PER_NODE", "STEP_TIME_ATOL"])  # fmt: skip
+    cfg = LlamaPretrainConfig.from_env(
+        {**LLAMA, "GBS": "32", "NNODES": "1", "GPUS_PER_NODE": "8"},
+        ["NNODES", "GPUS_PER_NODE", "STEP_TIME_ATOL"],
+    )
     assert (cfg.num_nodes, cfg.gpus_per_node) == (1, 8)
     assert cfg.vendor_names["honored"] == {"NNODES=1": "DGXNNODES=1", "GPUS_PER_NODE=8": "DGXNGPU=8"}
     assert "hang guard" in cfg.vendor_names["not_applicable"]["STEP_TIME_ATOL"]
@@ -50,8 +52,16 @@ def test_amds_8b_scale_names_are_honored_and_recorded():
 def test_nvidias_8b_batch_and_evaluation_convert_to_ours():
     """NVIDIA's 8B: MINIBS per data-parallel rank (72 GPUs / CP 2 = 36 ranks: GBS 36), VAL_CHECK_INTERVAL in
     steps (342 steps x 36 = 12,312 samples; their log's first eval_start is at samples_count 12,312)."""
-    env = {**LLAMA, "DGXNNODES": "18", "DGXNGPU": "4", "CONTEXT_PARALLEL": "2", "MINIBS": "1",
-           "VAL_CHECK_INTERVAL": "342", "OPT_LR_DECAY_STEPS": "1200000", "COMPILE": "0"}  # fmt: skip
+    env = {
+        **LLAMA,
+        "DGXNNODES": "18",
+        "DGXNGPU": "4",
+        "CONTEXT_PARALLEL": "2",
+        "MINIBS": "1",
+        "VAL_CHECK_INTERVAL": "342",
+        "OPT_LR_DECAY_STEPS": "1200000",
+        "COMPILE": "0",
+    }
     cfg = LlamaPretrainConfig.from_env(env, list(env))
     assert (cfg.gbs, cfg.eval_every, cfg.eval_steps(), cfg.max_steps) == (36, 12312, (342, 342), 1200000)
     with pytest.raises(ConfigError, match=r"MINIBS=1 .* gives GBS=36, but GBS=32 is set too"):

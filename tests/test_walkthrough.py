@@ -108,13 +108,25 @@ def found(shown: str, output: list[str]) -> bool:
 
 
 def environment(tmp: Path) -> dict[str, str]:
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp),
-            "LANG": "C.UTF-8", "TOOLKIT": str(REPO), "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}  # fmt: skip
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp),
+        "LANG": "C.UTF-8",
+        "TOOLKIT": str(REPO),
+        "PYTHONPATH": str(REPO),
+        "TMPDIR": str(tmp),
+    }
 
 
 def run_block(block: Block, tmp: Path) -> None:
-    done = subprocess.run(["bash", "-e", "-c", block.code], cwd=tmp, env=environment(tmp),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-e", "-c", block.code],
+        cwd=tmp,
+        env=environment(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = (done.stdout + done.stderr).splitlines()
     said = "\n".join(output[-60:])
     assert done.returncode == block.status, f"{DOC.name}:{block.line} exit {done.returncode}\n{said}"
@@ -166,11 +178,19 @@ def configs_named(word: str) -> list[Path]:
 def staged(config: Path, tmp: Path, extra: dict[str, str] | None = None) -> tuple[str, dict[str, str], str]:
     """(benchmark, the environment the trainer gets, the launcher's words) after the config stage."""
     (tmp / "data").mkdir(exist_ok=True)
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp),
-           "DATADIR": str(tmp / "data"), "LOGDIR": str(tmp / "logs"), "LOGDIR_MB_PER_RUN": "0",
-           "CONTAINER_RUNTIME": "none", "PYTHON": sys.executable, **(extra or {})}  # fmt: skip
-    done = subprocess.run(["bash", "-c", STAGE, "stage", str(REPO), str(config)], env=env,
-                          capture_output=True, timeout=120)  # fmt: skip
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp),
+        "DATADIR": str(tmp / "data"),
+        "LOGDIR": str(tmp / "logs"),
+        "LOGDIR_MB_PER_RUN": "0",
+        "CONTAINER_RUNTIME": "none",
+        "PYTHON": sys.executable,
+        **(extra or {}),
+    }
+    done = subprocess.run(
+        ["bash", "-c", STAGE, "stage", str(REPO), str(config)], env=env, capture_output=True, timeout=120
+    )
     assert done.returncode == 0, f"{config}: {done.stderr.decode()}"
     out = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
     return out["BENCHMARK"], {**out, **(extra or {})}, done.stderr.decode()

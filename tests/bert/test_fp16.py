@@ -20,8 +20,11 @@ CPU = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 def tiny_setup(init_loss_scale: float):
     """The tiny model in fp16 as the trainer builds it, and two batches."""
     torch.manual_seed(0)
-    shape = BertShape(**{k: v for k, v in TINY.items() if k != "hidden_act"}, hidden_dropout_prob=0.0,
-                      attention_probs_dropout_prob=0.0)  # fmt: skip
+    shape = BertShape(
+        **{k: v for k, v in TINY.items() if k != "hidden_act"},
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     spec = build.RunSpec(shape, attention="sdpa", precision="fp16", init_loss_scale=init_loss_scale)
     model, train_step, _ = build.build_run(spec, CPU)
     rows = packed_rows(np.random.default_rng(3), 8)

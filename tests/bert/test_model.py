@@ -24,11 +24,14 @@ SHAPE = BertShape(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, in
 def packed_row(seqs):
     offsets = np.concatenate([[0], np.cumsum([len(s[0]) for s in seqs])[:-1]])
     return (
-        np.concatenate([s[0] for s in seqs]), np.concatenate([s[1] for s in seqs]),
-        np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]), np.concatenate([s[3] for s in seqs]),
-        np.array([len(s[0]) for s in seqs]), np.array([len(s[2]) for s in seqs]),
+        np.concatenate([s[0] for s in seqs]),
+        np.concatenate([s[1] for s in seqs]),
+        np.concatenate([s[2] + o for s, o in zip(seqs, offsets)]),
+        np.concatenate([s[3] for s in seqs]),
+        np.array([len(s[0]) for s in seqs]),
+        np.array([len(s[2]) for s in seqs]),
         np.array([s[4] for s in seqs]),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,29 +104,42 @@ def to_hf(ours: dict, layers: int) -> dict:
 
 def test_matches_hugging_face_bert(model, seqs):
     transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.BertConfig(vocab_size=SHAPE.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
-                                     attn_implementation="eager")  # fmt: skip
+    hf_cfg = transformers.BertConfig(
+        vocab_size=SHAPE.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_act="gelu",
+        attn_implementation="eager",
+    )
     hf = transformers.BertForPreTraining(hf_cfg).double().eval()
     state = to_hf(model.state_dict(), SHAPE.num_hidden_layers)
     state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and all("decoder.weight" in k or "position_ids" in k for k in missing)
     hf.tie_weights()
-    torch.testing.assert_close(from_hf_state_dict(hf.state_dict(), 2)["layers.1.qkv.weight"],
-                               model.state_dict()["layers.1.qkv.weight"])  # fmt: skip
+    torch.testing.assert_close(
+        from_hf_state_dict(hf.state_dict(), 2)["layers.1.qkv.weight"],
+        model.state_dict()["layers.1.qkv.weight"],
+    )
     b = collate([packed_row(seqs)], 512)
     with torch.no_grad():
         mlm, nsp = model(b)
         for i, s in enumerate(seqs):
-            out = hf(input_ids=torch.from_numpy(s[0].astype(np.int64))[None],
-                     token_type_ids=torch.from_numpy(s[1].astype(np.int64))[None])  # fmt: skip
+            out = hf(
+                input_ids=torch.from_numpy(s[0].astype(np.int64))[None],
+                token_type_ids=torch.from_numpy(s[1].astype(np.int64))[None],
+            )
             torch.testing.assert_close(out.seq_relationship_logits[0], nsp[i], rtol=1e-9, atol=1e-9)
         first = seqs[0]
-        out = hf(input_ids=torch.from_numpy(first[0].astype(np.int64))[None],
-                 token_type_ids=torch.from_numpy(first[1].astype(np.int64))[None])  # fmt: skip
-        torch.testing.assert_close(out.prediction_logits[0, first[2].astype(np.int64)], mlm[: len(first[2])],
-                                   rtol=1e-9, atol=1e-9)  # fmt: skip
+        out = hf(
+            input_ids=torch.from_numpy(first[0].astype(np.int64))[None],
+            token_type_ids=torch.from_numpy(first[1].astype(np.int64))[None],
+        )
+        torch.testing.assert_close(
+            out.prediction_logits[0, first[2].astype(np.int64)], mlm[: len(first[2])], rtol=1e-9, atol=1e-9
+        )
 
 
 def test_torch_flash_is_refused_by_name_where_it_cannot_run():
@@ -139,8 +155,9 @@ def test_torch_flash_is_refused_by_name_where_it_cannot_run():
 )
 def test_torch_flash_matches_the_masked_sdpa_and_drops_the_same_in_backward(seqs):
     b = collate([packed_row(seqs), packed_row(seqs[1:])], 512).to("cuda")
-    q, k, v = (torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))  # fmt: skip
+    q, k, v = (
+        torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+    )
     real = b.seq_ids > 0
     ref = packed_attention("sdpa", q.float(), k.float(), v.float(), b)[real]
     out = packed_attention("torch_flash", q, k, v, b)[real]

@@ -33,8 +33,13 @@ def test_lamb_matches_float64_reference():
     shapes = [(7, 5), (5,), (3, 4, 2), (11,)]
     wds = [0.1, 0.0, 0.1, 0.0]
     params = [torch.nn.Parameter(torch.randn(s, dtype=torch.float64)) for s in shapes]
-    opt = Lamb([{"params": [p], "weight_decay": wd} for p, wd in zip(params, wds)], lr=0.01,
-               betas=(0.6, 0.99), eps=1e-6, max_grad_norm=1.0)  # fmt: skip
+    opt = Lamb(
+        [{"params": [p], "weight_decay": wd} for p, wd in zip(params, wds)],
+        lr=0.01,
+        betas=(0.6, 0.99),
+        eps=1e-6,
+        max_grad_norm=1.0,
+    )
     ref = [p.detach().clone() for p in params]
     state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in ref]
     for step in range(1, 4):

@@ -6,8 +6,15 @@ from tests.llama.helpers import no_fp8_backend
 from training.bert.preflight import check
 
 # an evaluation every 50 steps of 8 samples (the preflight refuses a run that would stop before its first)
-ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1", "INIT_CHECKPOINT": "none",
-       "EVAL_ITER_START_SAMPLES": "400", "EVAL_ITER_SAMPLES": "400"}  # fmt: skip
+ENV = {
+    "BATCHSIZE": "4",
+    "LR": "0.002",
+    "MAX_STEPS": "100",
+    "CPU_DEMO": "1",
+    "INIT_CHECKPOINT": "none",
+    "EVAL_ITER_START_SAMPLES": "400",
+    "EVAL_ITER_SAMPLES": "400",
+}
 
 
 def test_fp8_without_a_backend_is_named(bert_data, monkeypatch):

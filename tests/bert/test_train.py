@@ -27,12 +27,27 @@ REPO = Path(__file__).resolve().parents[2]
 def run_train(datadir: Path, torchrun: bool = False, **env) -> subprocess.CompletedProcess:
     """The trainer on the CPU, as a process of its own or (`torchrun`) one worker of torchrun's."""
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"] if torchrun else []
-    base = {"DATADIR": str(datadir), "BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "LOG_FREQ": "2",
-            "EVAL_ITER_START_SAMPLES": "40", "EVAL_ITER_SAMPLES": "40", "MAX_SAMPLES_TERMINATION": "80",
-            "TARGET_MLM_ACCURACY": "0.5", "CPU_DEMO": "1", "PYTHONPATH": str(REPO)}  # fmt: skip
-    return subprocess.run([sys.executable, *launch, "-m", "training.bert.train"],
-                          env={**os.environ, **base, **env}, cwd=REPO, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    base = {
+        "DATADIR": str(datadir),
+        "BATCHSIZE": "4",
+        "LR": "0.002",
+        "MAX_STEPS": "100",
+        "LOG_FREQ": "2",
+        "EVAL_ITER_START_SAMPLES": "40",
+        "EVAL_ITER_SAMPLES": "40",
+        "MAX_SAMPLES_TERMINATION": "80",
+        "TARGET_MLM_ACCURACY": "0.5",
+        "CPU_DEMO": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    return subprocess.run(
+        [sys.executable, *launch, "-m", "training.bert.train"],
+        env={**os.environ, **base, **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def mllog(stdout: str) -> list[dict]:
@@ -113,9 +128,17 @@ def test_the_run_stops_at_max_steps_and_counts_the_packed_sequences(bert_data, t
     evaluation at the last step when it is scheduled: tests/test_mlperf_loop.py). Every sample count in
     the log is the sequences of the packed rows trained on (NVIDIA: 150,369 after 196 steps of 768), not
     steps x GBS. The compliance checker's one complaint is the one every run short of its target gets."""
-    proc = run_train(bert_data, INIT_CHECKPOINT="none", MAX_STEPS="5", LOG_FREQ="1", SEED="1",
-                     MAX_SAMPLES_TERMINATION="160", EVAL_ITER_START_SAMPLES="16", EVAL_ITER_SAMPLES="16",
-                     TARGET_MLM_ACCURACY="0.99")  # fmt: skip
+    proc = run_train(
+        bert_data,
+        INIT_CHECKPOINT="none",
+        MAX_STEPS="5",
+        LOG_FREQ="1",
+        SEED="1",
+        MAX_SAMPLES_TERMINATION="160",
+        EVAL_ITER_START_SAMPLES="16",
+        EVAL_ITER_SAMPLES="16",
+        TARGET_MLM_ACCURACY="0.99",
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     steps = [int(m) for m in re.findall(r"^step (\d+) samples", proc.stdout, re.M)]
     assert steps == [1, 2, 3, 4, 5]

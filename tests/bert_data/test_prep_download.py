@@ -228,9 +228,12 @@ def test_a_part_that_is_not_the_one_mlcommons_published_is_upstream_changed(
 ):
     """The list and the archive agree with each other, but not with the MD5 MLCommons published."""
     monkeypatch.setattr(download, "PUBLISHED_MD5", {"part-00000-of-00002": "0" * 32})
-    with pytest.raises(PrepError, match=r"upstream changed: .*bert_reference_results_text_md5.txt disagrees"
-                       r" with the MD5s MLCommons published \(part-00000-of-00002: listed [0-9a-f]{32}, "
-                       r"published 0{32}\)"):  # fmt: skip
+    with pytest.raises(
+        PrepError,
+        match=r"upstream changed: .*bert_reference_results_text_md5.txt disagrees"
+        r" with the MD5s MLCommons published \(part-00000-of-00002: listed [0-9a-f]{32}, "
+        r"published 0{32}\)",
+    ):
         download.download_inputs(tmp_path / "out", metadata(bucket), bucket / "downloader.sh")
 
 

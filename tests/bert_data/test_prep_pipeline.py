@@ -150,8 +150,10 @@ def test_shorter_rows_for_local_text(tmp_path, small_text, capsys):
         assert max(len(ids) for ids in f["input_ids"]) == 128
         assert max(len(positions) for positions in f["masked_lm_positions"]) == 12
     assert verify(tmp_path / "data") == []
-    for bad, says in ((["--max-seq-length", "8"], "expected 16 to 512"),
-                      (["--max-seq-length", "1024"], "expected 16 to 512")):  # fmt: skip
+    for bad, says in (
+        (["--max-seq-length", "8"], "expected 16 to 512"),
+        (["--max-seq-length", "1024"], "expected 16 to 512"),
+    ):
         with pytest.raises(SystemExit):
             prepare(*args, *bad)
         assert says in capsys.readouterr().err

@@ -117,8 +117,14 @@ def test_the_vocabulary_is_padded_as_nvidias_converter_pads_it_and_both_readers_
 
     plain = {k: torch.from_numpy(v) for k, v in state.items()}  # what this toolkit wrote before
     torch.save(plain, tmp_path / "plain.pt")
-    shape = BertShape(vocab_size=21, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=16, max_position_embeddings=16)  # fmt: skip
+    shape = BertShape(
+        vocab_size=21,
+        hidden_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=16,
+    )
     loaded = []
     for name in ("nvidia.pt", "plain.pt"):
         model = BertForPackedPretraining(shape)

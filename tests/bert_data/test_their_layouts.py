@@ -33,16 +33,24 @@ from training.bert.preflight import check as preflight
 
 FIXTURE = REPO / "tests" / "data"
 CONFIG = FIXTURE / "tf1_bert_tiny_config.json"
-ENV = {"BATCHSIZE": "4", "LR": "0.002", "MAX_STEPS": "100", "CPU_DEMO": "1", "EVAL_ITER_START_SAMPLES": "400",
-       "EVAL_ITER_SAMPLES": "400"}  # fmt: skip
+ENV = {
+    "BATCHSIZE": "4",
+    "LR": "0.002",
+    "MAX_STEPS": "100",
+    "CPU_DEMO": "1",
+    "EVAL_ITER_START_SAMPLES": "400",
+    "EVAL_ITER_SAMPLES": "400",
+}
 
 
 def theirs_hdf5_md5(path: Path) -> str:
     """hdf5_md5.py's digest as its source describes it: the md5 of `str()` of the list of the rows' md5s,
     each the md5 of `str()` of the row's `input_ids` as a Python list."""
     with h5py.File(path, "r") as f:
-        rows = [hashlib.md5(str(f["input_ids"][i].tolist()).encode("utf-8")).hexdigest()
-                for i in range(f["input_ids"].shape[0])]  # fmt: skip
+        rows = [
+            hashlib.md5(str(f["input_ids"][i].tolist()).encode("utf-8")).hexdigest()
+            for i in range(f["input_ids"].shape[0])
+        ]
     return hashlib.md5(str(rows).encode("utf-8")).hexdigest()
 
 
@@ -52,8 +60,12 @@ def write_nvidia_eval(path: Path, n: int, seed: int = 1) -> None:
     seqs = [make_sequence(rng, int(rng.integers(20, 120))) for _ in range(n)]
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as f:
-        columns = (("input_ids", "int16"), ("segment_ids", "int8"), ("masked_lm_positions", "int16"),
-                   ("masked_lm_ids", "int16"))  # fmt: skip
+        columns = (
+            ("input_ids", "int16"),
+            ("segment_ids", "int8"),
+            ("masked_lm_positions", "int16"),
+            ("masked_lm_ids", "int16"),
+        )
         for i, (name, dtype) in enumerate(columns):
             ds = f.create_dataset(name, (n,), dtype=h5py.vlen_dtype(np.dtype(dtype)))
             for k, s in enumerate(seqs):

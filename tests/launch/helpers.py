@@ -161,8 +161,11 @@ def shell_files() -> list[Path]:
         text=True,
         check=True,
     ).stdout.split("\0")
-    names = [n for n in listed if n and (n.endswith(".sh") or Path(n).name == "run.sub")
-             and not n.startswith("tests/data/")]  # fmt: skip
+    names = [
+        n
+        for n in listed
+        if n and (n.endswith(".sh") or Path(n).name == "run.sub") and not n.startswith("tests/data/")
+    ]
     return [REPO / n for n in sorted(names) if (REPO / n).is_file()]
 
 

@@ -153,8 +153,22 @@ def test_every_way_of_exporting_is_seen_and_nothing_else(tmp_path):
     )
     result, names, conditional = read_names(config, WANTED="1")
     assert result.returncode == 0, result.stderr
-    assert names == sorted(["CONFIG_FILE", "DGXSYSTEM", "A", "B", "C", "D", "H", "SET_A", "EVAL", "DECLARED",
-                            "COMPUTED", "IF_WANTED"])  # fmt: skip
+    assert names == sorted(
+        [
+            "CONFIG_FILE",
+            "DGXSYSTEM",
+            "A",
+            "B",
+            "C",
+            "D",
+            "H",
+            "SET_A",
+            "EVAL",
+            "DECLARED",
+            "COMPUTED",
+            "IF_WANTED",
+        ]
+    )
     assert conditional == [] and "to-std" not in result.stdout + result.stderr
     _, names, _ = read_names(config)
     assert "IF_WANTED" not in names  # the caller's environment decides, as it did for the user

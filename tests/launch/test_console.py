@@ -13,8 +13,14 @@ from tests.launch.helpers import PREFIX, REPO
 
 
 def mllog(key: str, value=None, time_ms: int = 0, **metadata) -> str:
-    event = {"namespace": "", "time_ms": time_ms, "event_type": "POINT_IN_TIME", "key": key, "value": value,
-             "metadata": metadata}  # fmt: skip
+    event = {
+        "namespace": "",
+        "time_ms": time_ms,
+        "event_type": "POINT_IN_TIME",
+        "key": key,
+        "value": value,
+        "metadata": metadata,
+    }
     return ":::MLLOG " + json.dumps(event) + "\n"
 
 
@@ -117,8 +123,12 @@ def test_torchrun_s_report_gives_way_to_one_line_after_the_worker_s_own_error():
 
 
 def test_a_worker_s_own_traceback_and_other_lines_are_shown_as_they_are():
-    crash = ["Traceback (most recent call last):\n", '  File "train.py", line 3, in <module>\n',
-             "    main()\n", "RuntimeError: CUDA error: an illegal memory access\n"]  # fmt: skip
+    crash = [
+        "Traceback (most recent call last):\n",
+        '  File "train.py", line 3, in <module>\n',
+        "    main()\n",
+        "RuntimeError: CUDA error: an illegal memory access\n",
+    ]
     others = ["step 1/16 (iterations 1-8/128) loss 7.6 | 4.062 s/iteration\n", ":::MLLOG {not json\n", "\n"]
     assert shown([*crash, *others]) == [line.rstrip("\n") for line in crash] + [others[0].rstrip("\n"), ""]
     assert shown(crash[:2]) == [line.rstrip("\n") for line in crash[:2]]  # cut off: shown at the end
@@ -129,8 +139,12 @@ def test_a_real_torchrun_report_is_recognized(tmp_path):
     """torchrun's report as this torch prints it (the test above holds a copy of torch 2.13's)."""
     script = tmp_path / "fail.py"
     script.write_text("import sys\nprint('worker: error: the clear one', file=sys.stderr)\nsys.exit(2)\n")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-                          str(script)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0 and "ChildFailedError" in run.stderr
     assert shown(run.stderr.splitlines(keepends=True)) == [
         "worker: error: the clear one",
@@ -156,8 +170,14 @@ def test_the_launcher_s_console_and_log(launch):
 
 def test_the_console_filter_runs_as_the_launchers_start_it():
     lines = mllog("run_start") + "hello\n" + mllog("run_stop", samples_count=8, status="aborted")
-    run = subprocess.run([sys.executable, "-m", "training.common.console"], input=lines, capture_output=True,
-                         text=True, cwd=REPO, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "training.common.console"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert (
         run.returncode == 0
         and run.stdout == "hello\nrun_stop: aborted at 8 samples, 0:00:00 after run_start\n"

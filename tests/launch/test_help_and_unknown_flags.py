@@ -26,8 +26,14 @@ SLURM_FAKES = REPO / "tests" / "slurm" / "fakes"
 # GPU measurement scripts (perf/, not run by CI).
 NOT_COMMANDS = ("scripts/", "configs/", "perf/", "tests/", "test.sh")
 PREPARE = sorted(p.relative_to(REPO).as_posix() for p in REPO.glob("input_preprocessing/**/prepare_data.sh"))
-COMMANDS = ["runtime_tunables.sh", "run_with_docker.sh", "run.sub", "demo.sh", "training/run_and_time.sh",
-            *PREPARE]  # fmt: skip
+COMMANDS = [
+    "runtime_tunables.sh",
+    "run_with_docker.sh",
+    "run.sub",
+    "demo.sh",
+    "training/run_and_time.sh",
+    *PREPARE,
+]
 
 
 def test_every_user_command_is_listed():
@@ -39,14 +45,20 @@ def test_every_user_command_is_listed():
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
     """Every path under `folder` with its content (None for a folder)."""
-    return {p.relative_to(folder).as_posix(): None if p.is_dir() else p.read_bytes()
-            for p in folder.rglob("*")}  # fmt: skip
+    return {
+        p.relative_to(folder).as_posix(): None if p.is_dir() else p.read_bytes() for p in folder.rglob("*")
+    }
 
 
 def checkout_state() -> str:
     """The checkout's untracked and ignored files (a new .venv, demo/ or results/ shows here)."""
-    return subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 @pytest.fixture
@@ -54,8 +66,11 @@ def shell(tmp_path):
     """(environment, work folder, fake host): a config sourced and every variable a run needs set."""
     launch = fake_launch(tmp_path, "TEST_1x1x4", CONFIG.replace("DGXNGPU=2", "DGXNGPU=1"))
     host = fake_host(tmp_path / "host")
-    for name, target in [("srun", SLURM_FAKES / "srun"), ("scontrol", SLURM_FAKES / "scontrol"),
-                         ("docker", FAKES / "docker")]:  # fmt: skip
+    for name, target in [
+        ("srun", SLURM_FAKES / "srun"),
+        ("scontrol", SLURM_FAKES / "scontrol"),
+        ("docker", FAKES / "docker"),
+    ]:
         (tmp_path / "bin" / name).symlink_to(target)
     work = tmp_path / "work"
     work.mkdir()
@@ -63,20 +78,31 @@ def shell(tmp_path):
         **launch.env,
         "TUNABLES_ROOT": str(host),
         "DROPCACHE_CMD": f"touch {tmp_path / 'page-cache-dropped'}",
-        "BENCHMARK": "bert", "DGXSYSTEM": "TEST_1x1x4", "DGXNNODES": "1", "DGXNGPU": "1",
-        "NEXP": "1", "DEMO_DIR": str(tmp_path / "demo"), "VENV": str(tmp_path / "venv"),
-        "PYTHON_FOR_VENV": str(FAKES / "python"), "PYTHONDONTWRITEBYTECODE": "1",
-        "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node1",
-        "SLURM_CPUS_ON_NODE": "2", "SLURM_SUBMIT_DIR": str(REPO), "CONTAINER_RUNTIME": "none",
-    }  # fmt: skip
+        "BENCHMARK": "bert",
+        "DGXSYSTEM": "TEST_1x1x4",
+        "DGXNNODES": "1",
+        "DGXNGPU": "1",
+        "NEXP": "1",
+        "DEMO_DIR": str(tmp_path / "demo"),
+        "VENV": str(tmp_path / "venv"),
+        "PYTHON_FOR_VENV": str(FAKES / "python"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_CPUS_ON_NODE": "2",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "CONTAINER_RUNTIME": "none",
+    }
     return env, work, host
 
 
 def run_script(script: str, args: list[str], env: dict, work: Path) -> subprocess.CompletedProcess:
     if script.startswith("input_preprocessing/"):  # they check their Python has the data libraries
         env = {**env, "PYTHON": sys.executable}
-    return subprocess.run(["bash", str(REPO / script), *args], env=env, cwd=work, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(REPO / script), *args], env=env, cwd=work, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("script", COMMANDS)
@@ -107,13 +133,27 @@ def test_runtime_tunables_refuses_before_writing(tmp_path):
     host = fake_host(tmp_path / "host")
     env = {"PATH": os.environ["PATH"], "TUNABLES_ROOT": str(host)}
     before = kernel_settings(host)
-    for args, said in [(["a", "b"], "one LOGDIR expected, got a and b"),
-                       (["--dry-run", "--restore", "logs"], "give one of them")]:  # fmt: skip
-        result = subprocess.run(["bash", str(REPO / "runtime_tunables.sh"), *args], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
+    for args, said in [
+        (["a", "b"], "one LOGDIR expected, got a and b"),
+        (["--dry-run", "--restore", "logs"], "give one of them"),
+    ]:
+        result = subprocess.run(
+            ["bash", str(REPO / "runtime_tunables.sh"), *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 2 and said in result.stderr, result.stderr
         assert kernel_settings(host) == before and not (tmp_path / "a").exists()
-    result = subprocess.run(["bash", str(REPO / "runtime_tunables.sh"), "--dry-run", "--", "-logs"], env=env,
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        ["bash", str(REPO / "runtime_tunables.sh"), "--dry-run", "--", "-logs"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "-logs").glob("runtime_tunables_*.txt")) and kernel_settings(host) == before

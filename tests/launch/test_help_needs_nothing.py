@@ -28,10 +28,14 @@ def bare_bin(tmp_path_factory) -> Path:
 
 
 def help_of(script: str, bare_bin: Path, **env: str) -> subprocess.CompletedProcess:
-    environment = {"PATH": f"{bare_bin}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/"),
-                   **env}  # fmt: skip
-    return subprocess.run(["bash", str(REPO / script), "--help"], env=environment, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    environment = {
+        "PATH": f"{bare_bin}{os.pathsep}{os.environ['PATH']}",
+        "HOME": os.environ.get("HOME", "/"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(REPO / script), "--help"], env=environment, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS)
@@ -46,8 +50,9 @@ def test_the_front_door_s_help_needs_no_library(bare_bin, benchmark):
 @pytest.mark.parametrize("benchmark", BENCHMARKS)
 def test_each_benchmark_s_help_needs_no_library(bare_bin, benchmark):
     """PYTHON set to the bare interpreter, as a user's own PYTHON would be."""
-    result = help_of(f"input_preprocessing/{benchmark}/prepare_data.sh", bare_bin,
-                     PYTHON=str(bare_bin / "python3"))  # fmt: skip
+    result = help_of(
+        f"input_preprocessing/{benchmark}/prepare_data.sh", bare_bin, PYTHON=str(bare_bin / "python3")
+    )
     said = result.stdout + result.stderr
     assert result.returncode == 0 and result.stderr == "", said
     assert "--outputdir" in result.stdout, said

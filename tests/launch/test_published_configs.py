@@ -88,9 +88,15 @@ def staged(tmp_path_factory) -> Path:
     (i.rc), output (i.out) and the environment it leaves for the trainer (i.env)."""
     out = tmp_path_factory.mktemp("staged")
     (out / "data").mkdir()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(out), "DATADIR": str(out / "data"),
-           "LOGDIR": str(out / "logs"), "LOGDIR_MB_PER_RUN": "0", "CONTAINER_RUNTIME": "none",
-           "PYTHON": sys.executable}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(out),
+        "DATADIR": str(out / "data"),
+        "LOGDIR": str(out / "logs"),
+        "LOGDIR_MB_PER_RUN": "0",
+        "CONTAINER_RUNTIME": "none",
+        "PYTHON": sys.executable,
+    }
     configs = [str(DATA / entry["stored"]) for entry in MANIFEST]
     subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(out), *configs], env=env, check=True, timeout=300

@@ -21,8 +21,13 @@ def test_single_node_is_standalone(launch):
     result = run_and_time(launch)
     assert result.returncode == 0, result.stderr
     assert torchrun_argv(launch) == [
-        "-m", "torch.distributed.run", "--nproc_per_node=8", "--standalone", "-m", "training.bert.train",
-    ]  # fmt: skip
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=8",
+        "--standalone",
+        "-m",
+        "training.bert.train",
+    ]
     assert launch.calls("python")[0].env["CWD"] == str(REPO)
     assert "STARTING TIMING RUN AT " in result.stdout and "ENDING TIMING RUN AT " in result.stdout
     assert re.search(r"^RESULT,bert,,\d+,acme,\d{4}-\d\d-\d\d ", result.stdout, re.M)
@@ -32,9 +37,15 @@ def test_multi_node_uses_rendezvous_from_slurm(launch):
     result = run_and_time(launch, DGXNNODES="4", MASTER_ADDR="node001", MASTER_PORT="1234", SLURM_NODEID="2")
     assert result.returncode == 0, result.stderr
     assert torchrun_argv(launch) == [
-        "-m", "torch.distributed.run", "--nproc_per_node=8", "--nnodes=4", "--node_rank=2",
-        "--rdzv_endpoint=node001:1234", "-m", "training.bert.train",
-    ]  # fmt: skip
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=8",
+        "--nnodes=4",
+        "--node_rank=2",
+        "--rdzv_endpoint=node001:1234",
+        "-m",
+        "training.bert.train",
+    ]
 
 
 def test_multi_node_needs_master_addr_and_node_rank(launch):

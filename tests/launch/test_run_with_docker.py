@@ -122,8 +122,15 @@ def test_clear_caches_off(launch):
 def test_a_sourced_config_is_used_as_is(launch):
     # The user sourced the config: DGXSYSTEM, CONFIG_FILE (the config names itself) and the values are in the
     # environment; the values are this shell's, not read again from the file.
-    env = {"BENCHMARK": "bert", "DGXSYSTEM": SYSTEM, "DGXNNODES": "1", "DGXNGPU": "2", "BATCHSIZE": "7",
-           "LR": "0.001", "MLPERF_SUBMISSION_ORG": "testorg"}  # fmt: skip
+    env = {
+        "BENCHMARK": "bert",
+        "DGXSYSTEM": SYSTEM,
+        "DGXNNODES": "1",
+        "DGXNGPU": "2",
+        "BATCHSIZE": "7",
+        "LR": "0.001",
+        "MLPERF_SUBMISSION_ORG": "testorg",
+    }
     result = launch.run(**env)
     assert result.returncode == 0, result.stderr
     (run,) = launch.module_calls("torch.distributed.run")
@@ -223,8 +230,12 @@ def test_docker_one_container_for_all_runs(docker_launch):
     assert execs[0] == ["exec", "mlperf_bert", "python3", "-m", "training.preflight"]
     trials = [e for e in execs if e[-1] == "training/run_and_time.sh"]
     assert [e[1] for e in trials] == [f"--env=RUN_TAG={PREFIX}_1", f"--env=RUN_TAG={PREFIX}_2"]
-    assert all(e[3] == "--env=CLEAR_CACHES=1" and e[4] == f"--env=CONFIG_FILENAME=config_{SYSTEM}.sh"
-               and e[5:] == ["mlperf_bert", "bash", "training/run_and_time.sh"] for e in trials)  # fmt: skip
+    assert all(
+        e[3] == "--env=CLEAR_CACHES=1"
+        and e[4] == f"--env=CONFIG_FILENAME=config_{SYSTEM}.sh"
+        and e[5:] == ["mlperf_bert", "bash", "training/run_and_time.sh"]
+        for e in trials
+    )
     assert execs[-1] == ["exec", "mlperf_bert", "python3", "-m", "training.scoring", "/results"]
     compliance = [e[-1] for e in execs if "training.scoring.compliance" in e]
     assert compliance == [f"/results/{PREFIX}_1.log", f"/results/{PREFIX}_2.log"]

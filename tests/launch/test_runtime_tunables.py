@@ -12,8 +12,15 @@ import pytest
 from tests.launch.helpers import REPO, fake_host, kernel_settings
 
 SCRIPT = REPO / "runtime_tunables.sh"
-SETTINGS = ["cpu_governor", "cpuidle_state1+_disabled", "nmi_watchdog", "numa_balancing",
-            "randomize_va_space", "thp_enabled", "thp_defrag"]  # fmt: skip
+SETTINGS = [
+    "cpu_governor",
+    "cpuidle_state1+_disabled",
+    "nmi_watchdog",
+    "numa_balancing",
+    "randomize_va_space",
+    "thp_enabled",
+    "thp_defrag",
+]
 
 
 def read(root: Path, name: str) -> str:

@@ -72,8 +72,16 @@ def test_docker_s_command_line_gets_checked_values(docker_launch, env, named):
 )
 def test_names_that_make_file_names_are_checked(launch, env, named):
     # as a user's shell after sourcing a config, with one value changed by hand
-    values = {"BENCHMARK": "bert", "DGXSYSTEM": SYSTEM, "DGXNNODES": "1", "DGXNGPU": "2", "BATCHSIZE": "4",
-              "LR": "0.001", "MLPERF_SUBMISSION_ORG": "testorg", **env}  # fmt: skip
+    values = {
+        "BENCHMARK": "bert",
+        "DGXSYSTEM": SYSTEM,
+        "DGXNNODES": "1",
+        "DGXNGPU": "2",
+        "BATCHSIZE": "4",
+        "LR": "0.001",
+        "MLPERF_SUBMISSION_ORG": "testorg",
+        **env,
+    }
     result = launch.run(**values)
     assert result.returncode == 2, result.stdout + result.stderr
     assert named in result.stderr

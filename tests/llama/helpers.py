@@ -10,8 +10,15 @@ from training.llama.model import LlamaShape
 
 ROOT = Path(__file__).resolve().parents[2]
 # the Llama tests' toy shape (2 blocks, hidden 64, GQA 4 / 2 heads); each test changes what it needs
-TINY = LlamaShape(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
-                  vocab_size=256, max_seq_length=32)  # fmt: skip
+TINY = LlamaShape(
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_heads=4,
+    num_kv_heads=2,
+    vocab_size=256,
+    max_seq_length=32,
+)
 
 
 def tiny(**changes) -> LlamaShape:

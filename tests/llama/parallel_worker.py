@@ -58,8 +58,16 @@ def train(model, rank_rows, layout: Parallelism, mesh=None, fp8: Fp8 | None = No
     fp8 = fp8 or Fp8()
     fp8.weights_changed(model)
     # clip at 0.5: small enough to clip, which exercises the sharded norm
-    step = Step(model, optimizer, layout, torch.device("cpu"), mesh, fp8=fp8, clip_norm=0.5,
-                sync_each_micro_batch=os.environ.get("REDUCE_EACH_MICRO_BATCH") == "1")  # fmt: skip
+    step = Step(
+        model,
+        optimizer,
+        layout,
+        torch.device("cpu"),
+        mesh,
+        fp8=fp8,
+        clip_norm=0.5,
+        sync_each_micro_batch=os.environ.get("REDUCE_EACH_MICRO_BATCH") == "1",
+    )
     losses = []
     for tokens, labels in batches():
         tokens, labels = rank_rows(tokens), rank_rows(labels)

@@ -63,8 +63,13 @@ def test_part_by_part_init_draws_what_the_whole_model_draws():
     torch.manual_seed(0)
     with torch.device("meta"):
         model = Llama(SHAPE)
-    parts = [("embed_tokens.", model.embed_tokens), ("layers.0.", model.layers[0]),
-             ("layers.1.", model.layers[1]), ("norm.", model.norm), ("lm_head.", model.lm_head)]  # fmt: skip
+    parts = [
+        ("embed_tokens.", model.embed_tokens),
+        ("layers.0.", model.layers[0]),
+        ("layers.1.", model.layers[1]),
+        ("norm.", model.norm),
+        ("lm_head.", model.lm_head),
+    ]
     for prefix, part in parts:
         part.to_empty(device=CPU)
         init_weights(part, SHAPE, prefix)
@@ -91,8 +96,9 @@ def test_features_that_reorder_modules_do_not_change_the_weights():
 
 def first_losses(model: Llama, steps: int = 3) -> list[float]:
     """Losses of a few AdamW steps on one batch of random tokens (bf16 autocast, as on a GPU)."""
-    tokens = torch.randint(0, SHAPE.vocab_size, (2, SHAPE.max_seq_length + 1),
-                           generator=torch.Generator().manual_seed(1))  # fmt: skip
+    tokens = torch.randint(
+        0, SHAPE.vocab_size, (2, SHAPE.max_seq_length + 1), generator=torch.Generator().manual_seed(1)
+    )
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     losses = []
     for _ in range(steps):
@@ -118,8 +124,13 @@ def test_a_checkpoint_loaded_part_by_part_is_the_checkpoint(tmp_path):
     built = []
     for fp8_weights in (False, True):
         torch.manual_seed(0)
-        spec = RunSpec(shape, parallel.Features(fp8=FP8, lora=LORA), attention="sdpa", checkpoint=folder,
-                       fp8_weights=fp8_weights)  # fmt: skip
+        spec = RunSpec(
+            shape,
+            parallel.Features(fp8=FP8, lora=LORA),
+            attention="sdpa",
+            checkpoint=folder,
+            fp8_weights=fp8_weights,
+        )
         built.append(build_model(spec, CPU, None)[0])
     whole, parts = (dequantized(m) for m in built)
     for name, value in whole.items():
@@ -137,9 +148,18 @@ def test_the_lora_benchmark_with_fp8_weights_builds_a_model_that_computes():
 
     losses = []
     for fp8_weights in ("0", "1"):
-        env = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "PRECISION": "fp8",
-               "FP8_BACKEND": "native", "FP8_WEIGHTS": fp8_weights, "COMPILE": "0", "LORA_KERNEL": "pytorch",
-               "MAX_SEQLEN": "32", "MINIBS": "1", "LR": "4e-4"}  # fmt: skip
+        env = {
+            "DATADIR": "/nonexistent",
+            "INIT_CHECKPOINT": "none",
+            "PRECISION": "fp8",
+            "FP8_BACKEND": "native",
+            "FP8_WEIGHTS": fp8_weights,
+            "COMPILE": "0",
+            "LORA_KERNEL": "pytorch",
+            "MAX_SEQLEN": "32",
+            "MINIBS": "1",
+            "LR": "4e-4",
+        }
         spec = dataclasses.replace(LoraConfig.from_env(env).run_spec(), shape=SHAPE)
         torch.manual_seed(0)
         model, _ = build_model(spec, CPU, None)
@@ -211,8 +231,15 @@ def test_build_run_makes_the_step_the_applied_record_says():
     assert applied.checkpointed_blocks == SHAPE.num_layers and applied.optimizer == "foreach"
     assert isinstance(step.autocast, torch.autocast) and step.loss_fn is compiled_cross_entropy
     assert step.clip_norm == 1.0 and step.model is model
-    assert list(applied.lines()) == ["pipeline_parallel", "fp8", "lora", "tensor_parallel",
-                                     "activation_checkpointing", "compile", "data_parallel"]  # fmt: skip
+    assert list(applied.lines()) == [
+        "pipeline_parallel",
+        "fp8",
+        "lora",
+        "tensor_parallel",
+        "activation_checkpointing",
+        "compile",
+        "data_parallel",
+    ]
     lines = applied.lines()
     assert lines["data_parallel"] == "off" and lines["compile"].startswith("torch.compile")
     _, step, applied = build_run(dataclasses.replace(spec, precision="auto"), CPU, None, layout)
@@ -225,15 +252,33 @@ def test_the_trainers_configs_translate_into_run_specs():
     from training.llama2_70b_lora.config import LoraConfig
     from training.llama31_8b.config import GRAD_CLIP_NORM, LlamaPretrainConfig
 
-    pretrain = LlamaPretrainConfig.from_env({"DATADIR": "/data", "GBS": "8", "MBS": "1", "MAX_LR": "1e-4",
-                                             "WARMUP_STEPS": "1", "PRECISION": "fp8", "COMPILE": "1",
-                                             "ATTENTION": "sdpa", "NUM_LAYERS": "2"}).run_spec()  # fmt: skip
+    pretrain = LlamaPretrainConfig.from_env(
+        {
+            "DATADIR": "/data",
+            "GBS": "8",
+            "MBS": "1",
+            "MAX_LR": "1e-4",
+            "WARMUP_STEPS": "1",
+            "PRECISION": "fp8",
+            "COMPILE": "1",
+            "ATTENTION": "sdpa",
+            "NUM_LAYERS": "2",
+        }
+    ).run_spec()
     assert pretrain.shape.num_layers == 2 and pretrain.precision == "fp8" and pretrain.attention == "sdpa"
     assert pretrain.features.compile and pretrain.features.fp8.fuse_mlp == FP8_MLP
     assert pretrain.features.fp8.gather_in_fp8 and pretrain.step.clip_norm == GRAD_CLIP_NORM
     assert pretrain.optimizer.betas == (0.9, 0.95) and pretrain.checkpoint is None
-    lora = LoraConfig.from_env({"DATADIR": "/data", "MINIBS": "1", "LR": "4e-4", "LORA_KERNEL": "pytorch",
-                                "ACTIVATION_CHECKPOINTING": "1", "ACL": "3"}).run_spec()  # fmt: skip
+    lora = LoraConfig.from_env(
+        {
+            "DATADIR": "/data",
+            "MINIBS": "1",
+            "LR": "4e-4",
+            "LORA_KERNEL": "pytorch",
+            "ACTIVATION_CHECKPOINTING": "1",
+            "ACL": "3",
+        }
+    ).run_spec()
     assert lora.features.lora == LoraSettings(16, 32.0, 0.1, "pytorch") and lora.features.fp8 is None
     assert lora.features.checkpoint_layers == 3 and lora.step.clip_norm == 0.3
     assert lora.checkpoint == Path("/data/model") and lora.shape.num_layers == 80  # (no config.json there)

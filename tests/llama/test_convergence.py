@@ -27,8 +27,22 @@ def test_the_tiny_form_runs_both_modes_and_reports(tmp_path, demo_data):
         "TARGET=7.15",
         "MAX_SAMPLES_TERMINATION=1024",
     ]
-    cmd = [sys.executable, "-m", "training.convergence", "llama31_8b", "--datadir", str(demo_data), "--seeds",
-           "3", "--set", "PRECISION=fp8", "--set", "FP8_BACKEND=native", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.convergence",
+        "llama31_8b",
+        "--datadir",
+        str(demo_data),
+        "--seeds",
+        "3",
+        "--set",
+        "PRECISION=fp8",
+        "--set",
+        "FP8_BACKEND=native",
+        "--out",
+        str(out),
+    ]
     for item in short:
         cmd += ["--reduce", item]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=1800)

@@ -132,8 +132,15 @@ def test_the_training_order_of_a_seed_is_nemos(tmp_path):
     docs = [rng.integers(0, 4096, int(n)) for n in rng.integers(5, 200, 300)]
     write_indexed_dataset(docs, tmp_path / "train", vocab_size=4096)
     write_indexed_dataset(docs[:40], tmp_path / "valid", vocab_size=4096)
-    env = {"DATADIR": str(tmp_path), "GBS": "2", "MBS": "1", "MAX_LR": "8e-4", "WARMUP_STEPS": "128",
-           "SEQ_LENGTH": "64", "MAX_SAMPLES_TERMINATION": "491520"}  # fmt: skip
+    env = {
+        "DATADIR": str(tmp_path),
+        "GBS": "2",
+        "MBS": "1",
+        "MAX_LR": "8e-4",
+        "WARMUP_STEPS": "128",
+        "SEQ_LENGTH": "64",
+        "MAX_SAMPLES_TERMINATION": "491520",
+    }
     cfg = LlamaPretrainConfig.from_env(env)
     assert cfg.index_samples() == 1_200_000 * 2 and cfg.max_train_steps() * cfg.gbs == 491_520
     ours = data.build_train_dataset(

@@ -65,15 +65,41 @@ def kernels(monkeypatch):
     """A stand-in `flash_attn.cute.interface` recording each call's keyword arguments."""
     calls = []
 
-    def fwd(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size_left,
-            window_size_right, return_lse):  # fmt: skip
+    def fwd(
+        q,
+        k,
+        v,
+        *,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        causal,
+        window_size_left,
+        window_size_right,
+        return_lse,
+    ):
         calls.append(("fwd", cu_seqlens_q is not None, max_seqlen_q, window_size_left, window_size_right))
         assert causal and return_lse and cu_seqlens_q is cu_seqlens_k and max_seqlen_q == max_seqlen_k
         out, lse = _fake_attention(q, k, v, cu_seqlens_q, window_size_left)
         return out.to(q.dtype), lse.float(), None, None, None
 
-    def bwd(q, k, v, out, dout, lse, *, causal, window_size_left, window_size_right, cu_seqlens_q,
-            cu_seqlens_k, max_seqlen_q, max_seqlen_k):  # fmt: skip
+    def bwd(
+        q,
+        k,
+        v,
+        out,
+        dout,
+        lse,
+        *,
+        causal,
+        window_size_left,
+        window_size_right,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+    ):
         calls.append(("bwd", cu_seqlens_q is not None, max_seqlen_q, window_size_left, window_size_right))
         assert lse.shape == _fake_attention(q, k, v, cu_seqlens_q, window_size_left)[1].shape
         rows = [(q, k, v, dout)] if cu_seqlens_q is not None else list(zip(q, k, v, dout))
@@ -123,8 +149,17 @@ def test_flash4_gives_the_reference_attention_and_gradients(kernels, case, compi
 
 
 def test_a_model_on_flash4_computes_what_it_computes_on_sdpa(kernels):
-    shape = LlamaShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_heads=4, num_kv_heads=2,
-                       vocab_size=64, max_seq_length=16, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
+    shape = LlamaShape(
+        num_layers=2,
+        hidden_size=32,
+        ffn_hidden_size=64,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=64,
+        max_seq_length=16,
+        rope_theta=10000.0,
+        rope_scaling=None,
+    )
     torch.manual_seed(0)
     ours = Llama(shape, "flash4")
     ours.init_weights()

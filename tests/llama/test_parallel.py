@@ -21,8 +21,19 @@ def run_worker(tmp_path, dp: int, tp: int, accum: int, pp: int = 1, **env: str) 
     """`parallel_worker.py` under torchrun on dp x tp x pp CPU processes, `env` added to the environment;
     returns the path its rank 0 wrote (with PP, every rank writes that path + `.rank`)."""
     out = tmp_path / "result.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={dp * tp * pp}",
-           str(HERE / "parallel_worker.py"), str(dp), str(tp), str(accum), str(out), str(pp)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={dp * tp * pp}",
+        str(HERE / "parallel_worker.py"),
+        str(dp),
+        str(tp),
+        str(accum),
+        str(out),
+        str(pp),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -39,15 +50,24 @@ def reference():
 @pytest.mark.parametrize(
     "dp, tp, accum, reshard, reduce_each",
     [(2, 1, 2, "1", "0"), (2, 1, 2, "0", "0"), (2, 1, 2, "1", "1"), (1, 2, 1, "1", "0"), (2, 2, 2, "1", "0")],
-    ids=["fsdp2-dp2-accum2", "fsdp2-dp2-accum2-kept-gathered", "fsdp2-dp2-accum2-reduce-each", "tp2",
-         "fsdp2-dp2-x-tp2"],
-)  # fmt: skip
-def test_two_process_training_matches_single_process(tmp_path, reference, dp, tp, accum, reshard,
-                                                     reduce_each):  # fmt: skip
+    ids=[
+        "fsdp2-dp2-accum2",
+        "fsdp2-dp2-accum2-kept-gathered",
+        "fsdp2-dp2-accum2-reduce-each",
+        "tp2",
+        "fsdp2-dp2-x-tp2",
+    ],
+)
+def test_two_process_training_matches_single_process(
+    tmp_path, reference, dp, tp, accum, reshard, reduce_each
+):
     """REDUCE_EACH_MICRO_BATCH=1 (the 8B on 80 GB cards) reduce-scatters after each micro-batch: the same
     training as one reduction a step."""
-    result = torch.load(run_worker(tmp_path, dp, tp, accum, RESHARD_AFTER_FORWARD=reshard,
-                                   REDUCE_EACH_MICRO_BATCH=reduce_each))  # fmt: skip
+    result = torch.load(
+        run_worker(
+            tmp_path, dp, tp, accum, RESHARD_AFTER_FORWARD=reshard, REDUCE_EACH_MICRO_BATCH=reduce_each
+        )
+    )
     ref_losses, ref_state = reference
     assert result["described"][1 if tp > 1 else 2] != "off"  # [pipeline, tensor parallel, FSDP]
     assert ("kept gathered" in result["described"][2]) == (reshard == "0")
@@ -99,8 +119,15 @@ def test_native_fp8_all_gather_trains_as_the_bf16_gather(tmp_path):
     runs = {}
     for gather, reshard in ("0", "1"), ("1", "1"), ("1", "0"):
         (tmp_path / gather / reshard).mkdir(parents=True)
-        out = run_worker(tmp_path / gather / reshard, 2, 1, 2, FP8_BACKEND="native", FP8_PARAM_GATHER=gather,
-                         RESHARD_AFTER_FORWARD=reshard)  # fmt: skip
+        out = run_worker(
+            tmp_path / gather / reshard,
+            2,
+            1,
+            2,
+            FP8_BACKEND="native",
+            FP8_PARAM_GATHER=gather,
+            RESHARD_AFTER_FORWARD=reshard,
+        )
         runs[gather, reshard] = torch.load(out)
     want = runs["0", "1"]
     assert "all-gather" not in want["described"][3]

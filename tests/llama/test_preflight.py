@@ -48,8 +48,14 @@ def test_problems_are_named(demo_data, tmp_path):
 
 
 def run_preflight(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training.preflight"], cwd=ROOT, capture_output=True,
-                          text=True, env=subprocess_env(**env), timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "training.preflight"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**env),
+        timeout=300,
+    )
 
 
 def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(demo_data, tmp_path):

@@ -165,18 +165,42 @@ def test_amds_layout_passes_verify_and_preflight(tmp_path, bucket, monkeypatch, 
     amd = tmp_path / "mlperf_llama31_8b"
     amd.mkdir()
     for folder, uri in (("data", env["DATASET_URI"]), ("model", env["TOKENIZER_URI"])):
-        subprocess.run(["bash", env["R2_DOWNLOADER"], "-d", folder, uri], cwd=amd, check=True,
-                       env=subprocess_env(FAKE_BUCKET=str(bucket)))  # fmt: skip
+        subprocess.run(
+            ["bash", env["R2_DOWNLOADER"], "-d", folder, uri],
+            cwd=amd,
+            check=True,
+            env=subprocess_env(FAKE_BUCKET=str(bucket)),
+        )
     data = amd / "data"
     assert verify.main([str(data)]) == 0 and verify.main([str(data), "--md5"]) == 0
     monkeypatch.delenv("TRAIN_DATA_PREFIX", raising=False)
     monkeypatch.delenv("VALID_DATA_PREFIX", raising=False)
     assert verify.main([str(data), "--preflight"]) == 0, capsys.readouterr().err
-    demo = {"CPU_DEMO": "1", "GBS": "8", "MBS": "4", "MAX_LR": "3e-3", "WARMUP_STEPS": "16",
-            "SEQ_LENGTH": "64", "NUM_LAYERS": "2", "HIDDEN_SIZE": "64", "FFN_HIDDEN_SIZE": "192",
-            "NUM_ATTENTION_HEADS": "4", "NUM_QUERY_GROUPS": "2", "VOCAB_SIZE": "128256"}  # fmt: skip
-    assert check({**demo, "DATADIR": str(data), "MODEL": str(amd / "model"),
-                  "INDEX_CACHE_DIR": str(tmp_path / "idx")}) == []  # fmt: skip
+    demo = {
+        "CPU_DEMO": "1",
+        "GBS": "8",
+        "MBS": "4",
+        "MAX_LR": "3e-3",
+        "WARMUP_STEPS": "16",
+        "SEQ_LENGTH": "64",
+        "NUM_LAYERS": "2",
+        "HIDDEN_SIZE": "64",
+        "FFN_HIDDEN_SIZE": "192",
+        "NUM_ATTENTION_HEADS": "4",
+        "NUM_QUERY_GROUPS": "2",
+        "VOCAB_SIZE": "128256",
+    }
+    assert (
+        check(
+            {
+                **demo,
+                "DATADIR": str(data),
+                "MODEL": str(amd / "model"),
+                "INDEX_CACHE_DIR": str(tmp_path / "idx"),
+            }
+        )
+        == []
+    )
 
 
 def test_verify_names_missing_truncated_and_corrupt_files(tmp_path, bucket):

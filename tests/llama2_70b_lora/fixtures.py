@@ -8,9 +8,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CONFIG = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-          "rms_norm_eps": 1e-5, "rope_theta": 10000.0}  # fmt: skip
+CONFIG = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+}
 
 
 def save_tiny_llama2(folder: Path, seed: int = 0, shards: int = 2) -> Path:

@@ -43,10 +43,26 @@ def test_learning_rate_is_the_curves_warm_up():
 def test_tiny_bench_prints_parity_and_stores_every_loss(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "perf.bench_lora", "--tiny", "--steps", "2", "--warmup", "1",
-         "--variant", "ours-bf16:", "--peer", "peft-bf16:"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perf.bench_lora",
+            "--tiny",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--variant",
+            "ours-bf16:",
+            "--peer",
+            "peft-bf16:",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads((tmp_path / "bench_lora.json").read_text())["runs"]
     assert set(runs) == {"reference", "ours-bf16", "peft-bf16"}
@@ -65,11 +81,34 @@ def test_two_process_profile_runs_on_every_rank(tmp_path):
     this run would hang until the timeout."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "perf.bench_lora", "--tiny", "--steps", "1", "--warmup", "0", "--profile", "3",
-         "--variant", "ours-bf16:", "--peer", "none", "--reference", "none"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "perf.bench_lora",
+            "--tiny",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--profile",
+            "3",
+            "--variant",
+            "ours-bf16:",
+            "--peer",
+            "none",
+            "--reference",
+            "none",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("ms of CPU operators per step") == 1, done.stdout[-2000:]
     run = json.loads((tmp_path / "bench_lora.json").read_text())["runs"]["ours-bf16"]
@@ -103,8 +142,10 @@ def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
     # reaches 1, backward reaches 0, step ends
     assert len(reads) == 9
     assert got["peak_between"] == {
-        "gib": 9, "from": "the model's forward ends", "to": "the backward reaches block 1"
-    }  # fmt: skip
+        "gib": 9,
+        "from": "the model's forward ends",
+        "to": "the backward reaches block 1",
+    }
     assert got["forward_peak_gib"] == 5
 
 
@@ -119,12 +160,29 @@ def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
         env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if procs == 2 else []
         done = subprocess.run(
-            [sys.executable, *launch, "-m", "perf.curve_parity", "lora", "--tiny", "--mlperf-regime",
-             "--steps", "3", "--lora-variant", "fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1",
-             "--lora-control", "none",
-             "--lora-seeds", "0"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                *launch,
+                "-m",
+                "perf.curve_parity",
+                "lora",
+                "--tiny",
+                "--mlperf-regime",
+                "--steps",
+                "3",
+                "--lora-variant",
+                "fp8w: PRECISION=fp8 FP8_BACKEND=native FP8_WEIGHTS=1",
+                "--lora-control",
+                "none",
+                "--lora-seeds",
+                "0",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.count("| lora | fp8w |") == 1, done.stdout[-2000:]
         result = json.loads((out / "curve_parity.json").read_text())

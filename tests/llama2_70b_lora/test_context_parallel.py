@@ -21,8 +21,15 @@ pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 G
 def test_a_sequence_split_over_two_gpus_trains_as_one_gpu(tmp_path, precision, rel):
     datadir = make_datadir(tmp_path / "data", packed=False)
     # GBS 1: evaluations after steps 2, 4 and 6, each with the training loss of its step (tracked_stats)
-    settings = {"MAX_STEPS": "6", "PRECISION": precision, "MINIBS": "1", "LR": "2e-2", "SKIP_EVALS": "0",
-                "VAL_CHECK_INTERVAL": "2", "FP8_BACKEND": "native"}  # fmt: skip
+    settings = {
+        "MAX_STEPS": "6",
+        "PRECISION": precision,
+        "MINIBS": "1",
+        "LR": "2e-2",
+        "SKIP_EVALS": "0",
+        "VAL_CHECK_INTERVAL": "2",
+        "FP8_BACKEND": "native",
+    }
     (tmp_path / "one").mkdir()
     (tmp_path / "split").mkdir()
     _, one, log1 = train(datadir, tmp_path / "one", **settings)

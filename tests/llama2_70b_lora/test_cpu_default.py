@@ -56,8 +56,11 @@ def test_cpu_default_end_to_end(tmp_path, lora_demo_data, nexp):
     assert summary["valid_mlperf"] is False
     assert [r["status"] for r in summary["runs"]] == ["success"] * nexp
     # it learns: the held-out summaries' loss falls from the first evaluation to the target
-    first = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in logs[0].read_text().splitlines()
-             if '"eval_accuracy"' in line]  # fmt: skip
+    first = [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in logs[0].read_text().splitlines()
+        if '"eval_accuracy"' in line
+    ]
     assert first[0]["value"] > 5.75 and first[-1]["value"] <= 5.68
     assert "NOT A VALID MLPerf RESULT" in (logdir / "summary.md").read_text()
     # no ruleset set: the current round's, its disclosure keys as built (one CPU process, float32)

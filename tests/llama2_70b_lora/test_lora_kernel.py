@@ -53,8 +53,17 @@ def test_the_kernel_matches_float32_products_on_its_own_mask():
 def test_a_recomputed_block_draws_the_kernels_mask_again(compiled, keep_attention, monkeypatch):
     """As `test_model.test_a_recomputed_block_drops_what_its_forward_dropped`, on a GPU with the kernel: the
     same loss and gradients with and without activation checkpointing."""
-    shape = LlamaShape(num_layers=2, hidden_size=128, ffn_hidden_size=256, num_heads=2, num_kv_heads=1,
-                       vocab_size=512, max_seq_length=64, rope_theta=10000.0, rope_scaling=None)  # fmt: skip
+    shape = LlamaShape(
+        num_layers=2,
+        hidden_size=128,
+        ffn_hidden_size=256,
+        num_heads=2,
+        num_kv_heads=1,
+        vocab_size=512,
+        max_seq_length=64,
+        rope_theta=10000.0,
+        rope_scaling=None,
+    )
     x = torch.randint(0, shape.vocab_size, (2, 65), generator=torch.Generator().manual_seed(0)).cuda()
     runs, calls, lora_down = [], [], fused.lora_down
     monkeypatch.setattr(fused, "lora_down", lambda *a: calls.append(1) or lora_down(*a))

@@ -31,8 +31,15 @@ def test_warmup_ratio_and_min_lr_give_nemos_cosine_annealing():
     assert cfg.warmup_steps() == 102  # int(0.1 x 1024), as NeMo truncates
     lr = [cfg.learning_rate(s) for s in (0, 50, 102, 103, 563, 1024, 2000)]
     cosine = 2e-5 + (4e-4 - 2e-5) * 0.5 * (1 + math.cos(math.pi * (563 - 102) / (1024 - 102)))
-    want = [4e-4 / 103, 4e-4 * 51 / 103, 4e-4, 2e-5 + (4e-4 - 2e-5) * 0.5 * (1 + math.cos(math.pi / 922)),
-            cosine, 2e-5, 2e-5]  # fmt: skip
+    want = [
+        4e-4 / 103,
+        4e-4 * 51 / 103,
+        4e-4,
+        2e-5 + (4e-4 - 2e-5) * 0.5 * (1 + math.cos(math.pi / 922)),
+        cosine,
+        2e-5,
+        2e-5,
+    ]
     assert lr == pytest.approx(want, rel=1e-12)
     assert cfg.lr_schedule() == "cosine to 2e-05, linear warm-up of 102 steps"
 

@@ -19,9 +19,21 @@ from training.llama2_70b_lora.config import LoraConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # packages added beside
-BASE = {"MINIBS": "2", "MBS": "1", "LR": "2e-3", "MAX_STEPS": "12", "VAL_CHECK_INTERVAL": "4",
-        "SKIP_EVALS": "1", "MAX_SEQLEN": "64", "TARGET": "0.5", "CPU_DEMO": "1", "SEED": "3", "LOG_FREQ": "4",
-        "WARMUP_TRAIN_STEPS": "1", "LORA_DROPOUT": "0"}  # fmt: skip
+BASE = {
+    "MINIBS": "2",
+    "MBS": "1",
+    "LR": "2e-3",
+    "MAX_STEPS": "12",
+    "VAL_CHECK_INTERVAL": "4",
+    "SKIP_EVALS": "1",
+    "MAX_SEQLEN": "64",
+    "TARGET": "0.5",
+    "CPU_DEMO": "1",
+    "SEED": "3",
+    "LOG_FREQ": "4",
+    "WARMUP_TRAIN_STEPS": "1",
+    "LORA_DROPOUT": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +48,36 @@ def one_per_row(tmp_path_factory):
 
 
 def train(datadir: Path, logdir: Path, nproc: int = 1, **env: str) -> tuple[int, list[dict], str]:
-    settings = {**BASE, "DGXNGPU": str(nproc), "DATADIR": str(datadir), "LOGDIR": str(logdir),
-                "RUN_TAG": "lora_1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **env}  # fmt: skip
+    settings = {
+        **BASE,
+        "DGXNGPU": str(nproc),
+        "DATADIR": str(datadir),
+        "LOGDIR": str(logdir),
+        "RUN_TAG": "lora_1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        **env,
+    }
     if nproc > 1 and "TP" not in env:  # NVIDIA's TP: MINIBS per data-parallel rank of theirs
         settings["MINIBS"] = str(int(settings["MINIBS"]) // nproc)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "training.llama2_70b_lora.train"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "training.llama2_70b_lora.train",
+    ]
     path = os.pathsep.join([str(ROOT), *PYTHONPATH])
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, **settings})  # fmt: skip
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, **settings},
+    )
     log = proc.stdout + proc.stderr
     (logdir / "result_1.txt").write_text(log)
     events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.splitlines() if ":::MLLOG " in line]
@@ -58,9 +91,19 @@ def test_a_run_logs_what_the_rules_require_and_its_log_passes_the_checker(datadi
     rc, events, log = train(datadir, tmp_path, LR="2e-2", MAX_STEPS="24", TARGET="5.54")
     assert rc == 0, log[-3000:]
     keys = {e["key"]: e for e in events}
-    for key in ("global_batch_size", "opt_base_learning_rate", "opt_learning_rate_training_steps",
-                "opt_gradient_clip_norm", "opt_adamw_weight_decay", "gradient_accumulation_steps",
-                "lora_alpha", "lora_rank", "train_samples", "eval_samples", "seed"):  # fmt: skip
+    for key in (
+        "global_batch_size",
+        "opt_base_learning_rate",
+        "opt_learning_rate_training_steps",
+        "opt_gradient_clip_norm",
+        "opt_adamw_weight_decay",
+        "gradient_accumulation_steps",
+        "lora_alpha",
+        "lora_rank",
+        "train_samples",
+        "eval_samples",
+        "seed",
+    ):
         assert key in keys, key
     sizes = keys["lora_rank"]["value"], keys["train_samples"]["value"], keys["eval_samples"]["value"]
     assert sizes == (16, 32, 6)
@@ -122,8 +165,9 @@ def test_frozen_base_stored_as_fp8_shards_trains_as_the_fp8_all_gather(datadir, 
     assert len(runs["stored"]["evals"]) == 2 and runs["stored"]["evals"] == runs["gathered"]["evals"]
     assert "FP8 all-gather of 14 weights" in runs["gathered"]["backend_fp8"]
     assert "stored" not in runs["gathered"]["backend_fp8"]
-    assert runs["stored"]["backend_fp8"].endswith("14 frozen weights stored as FP8 shards (all-gathered as "
-                                                  "stored)")  # fmt: skip
+    assert runs["stored"]["backend_fp8"].endswith(
+        "14 frozen weights stored as FP8 shards (all-gathered as stored)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -178,11 +222,17 @@ def test_shipped_configs_parse_and_fit_their_node(config):
     the GPU ones with the rules' values (GBS 8, rank 16, sequence 8192, target 0.925, FP8); the CPU default
     with its deviations named."""
     bare = {"PATH": "/usr/bin:/bin"}
-    out = subprocess.run(["bash", "-c", f'set -a; source "{config}"; env -0'], env=bare, capture_output=True,
-                         check=True).stdout.decode()  # fmt: skip
+    out = subprocess.run(
+        ["bash", "-c", f'set -a; source "{config}"; env -0'], env=bare, capture_output=True, check=True
+    ).stdout.decode()
     env = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
-    names = subprocess.run(["bash", "-c", f'source "{config}" && compgen -e'], env=bare, capture_output=True,
-                           text=True, check=True).stdout.split()  # fmt: skip
+    names = subprocess.run(
+        ["bash", "-c", f'source "{config}" && compgen -e'],
+        env=bare,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     names = [n for n in names if n not in ("PATH", "PWD", "SHLVL", "_", "OLDPWD")]
     cfg = LoraConfig.from_env({**env, "DATADIR": "/data"}, names)
     assert env["BENCHMARK"] == "llama2_70b_lora" and env["DGXSYSTEM"] == config.stem.removeprefix("config_")

@@ -31,8 +31,14 @@ SEQ = 16
 SPLIT_ROWS = {"train": 6, "validation": 3}
 # The stand-in "Llama 2 70B": its vocabulary, 2 blocks of width 8 (model.SHAPE is set to it for these tests,
 # as govreport's constants are set to the stand-in set's), its tensors in two shards
-STANDIN_SHAPE = {**model.SHAPE, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
-                 "num_key_value_heads": 1, "num_hidden_layers": 2}  # fmt: skip
+STANDIN_SHAPE = {
+    **model.SHAPE,
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 2,
+}
 SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
 
 

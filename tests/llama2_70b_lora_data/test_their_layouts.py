@@ -13,8 +13,17 @@ from input_preprocessing.llama2_70b_lora import layout, verify
 from tests.llama2_70b_lora_data.conftest import write_fake_model
 from training.llama2_70b_lora import preflight
 
-ENV = {"MINIBS": "2", "MBS": "1", "LR": "2e-3", "MAX_STEPS": "12", "VAL_CHECK_INTERVAL": "4",
-       "SKIP_EVALS": "1", "MAX_SEQLEN": "16", "TARGET": "0.5", "CPU_DEMO": "1"}  # fmt: skip
+ENV = {
+    "MINIBS": "2",
+    "MBS": "1",
+    "LR": "2e-3",
+    "MAX_STEPS": "12",
+    "VAL_CHECK_INTERVAL": "4",
+    "SKIP_EVALS": "1",
+    "MAX_SEQLEN": "16",
+    "TARGET": "0.5",
+    "CPU_DEMO": "1",
+}
 
 
 def amd_nemo_model(model, version: str) -> None:

@@ -24,8 +24,13 @@ def good_rows(n: int) -> list[dict]:
 def write_split(folder, split, rows, meta) -> None:
     path = folder / "data" / f"{split}.npy"
     size = layout.save_rows(path, rows)
-    meta["splits"][split] = {"file": path.name, "rows": len(rows), "size": size, "md5": file_hash(path),
-                             KEY: sampled_sha256(path)}  # as data preparation records it  # fmt: skip
+    meta["splits"][split] = {
+        "file": path.name,
+        "rows": len(rows),
+        "size": size,
+        "md5": file_hash(path),
+        KEY: sampled_sha256(path),
+    }  # as data preparation records it
     layout.write_meta(folder / "data", meta)
 
 
@@ -56,8 +61,10 @@ def test_a_good_folder_passes_fast_and_full(sample_dir, capsys):
 def test_a_truncated_file_is_caught(sample_dir, capsys):
     path = sample_dir / "data" / "train.npy"
     path.write_bytes(path.read_bytes()[:-40])
-    assert verify.verify(sample_dir) == [f"{path}: {path.stat().st_size:,} bytes, expected "
-                                        f"{path.stat().st_size + 40:,} (truncated or modified)"]  # fmt: skip
+    assert verify.verify(sample_dir) == [
+        f"{path}: {path.stat().st_size:,} bytes, expected "
+        f"{path.stat().st_size + 40:,} (truncated or modified)"
+    ]
     assert verify.main([str(sample_dir), "--preflight"]) == 1
     assert "truncated" in capsys.readouterr().err
     set_meta(sample_dir, train__size=None, train__sampled_sha256=None)  # unrecorded: unpickling catches it
@@ -251,8 +258,10 @@ def test_the_checkpoint_s_tensors_are_checked_from_the_headers(mlperf_dir):
     tensors = load_file(str(shard))
     tensors["model.layers.1.mlp.down_proj.weight"] = np.zeros((8, 17), np.float16)  # intermediate 16
     save_file(tensors, str(shard))
-    assert verify.verify(mlperf_dir) == [f"{shard}: model.layers.1.mlp.down_proj.weight has shape [8, 17], "
-                                         "its config.json's Llama needs [8, 16]"]  # fmt: skip
+    assert verify.verify(mlperf_dir) == [
+        f"{shard}: model.layers.1.mlp.down_proj.weight has shape [8, 17], "
+        "its config.json's Llama needs [8, 16]"
+    ]
     del tensors["lm_head.weight"]
     tensors["model.layers.1.mlp.down_proj.weight"] = np.zeros((8, 16), np.float16)
     save_file(tensors, str(shard))
@@ -272,10 +281,23 @@ def test_the_tensors_named_are_the_trainer_s():
     from training.llama.checkpoint import hf_name
     from training.llama.model import Llama, LlamaShape
 
-    config = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "num_hidden_layers": 3, "vocab_size": 100}  # fmt: skip
-    shape = LlamaShape(num_layers=3, hidden_size=64, ffn_hidden_size=96, num_heads=4, num_kv_heads=2,
-                       vocab_size=100, rope_scaling=None)  # fmt: skip
+    config = {
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 3,
+        "vocab_size": 100,
+    }
+    shape = LlamaShape(
+        num_layers=3,
+        hidden_size=64,
+        ffn_hidden_size=96,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=100,
+        rope_scaling=None,
+    )
     with torch.device("meta"):
         ours = {hf_name(n): tuple(p.shape) for n, p in Llama(shape).named_parameters()}
     assert model.hf_tensors(config) == ours

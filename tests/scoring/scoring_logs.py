@@ -47,10 +47,16 @@ def bert_log_lines(
         mllog_line("seed", seed),
     ]
     hparams = [
-        "opt_base_learning_rate", "opt_lamb_epsilon", "opt_learning_rate_training_steps",
-        "opt_learning_rate_warmup_steps", "num_warmup_steps", "start_warmup_step", "opt_lamb_beta_1",
-        "opt_lamb_beta_2", "opt_lamb_weight_decay_rate",
-    ]  # fmt: skip
+        "opt_base_learning_rate",
+        "opt_lamb_epsilon",
+        "opt_learning_rate_training_steps",
+        "opt_learning_rate_warmup_steps",
+        "num_warmup_steps",
+        "start_warmup_step",
+        "opt_lamb_beta_1",
+        "opt_lamb_beta_2",
+        "opt_lamb_weight_decay_rate",
+    ]
     lines += [mllog_line(key, 0.5) for key in hparams]
     lines.append(mllog_line("eval_samples", 10000))
     if target is not None:

@@ -38,13 +38,19 @@ def test_a_run_that_fails_the_compliance_checker_is_not_counted(tmp_path):
     [
         ("empty", [], "empty file"),
         ("no_mllog", ["Beginning trial 1 of 1", "Traceback: ..."], "no :::MLLOG lines"),
-        ("null_accuracy", [mllog_line("eval_accuracy", None, metadata={"epoch_num": 5})],
-         "eval_accuracy: value None is not a number"),
+        (
+            "null_accuracy",
+            [mllog_line("eval_accuracy", None, metadata={"epoch_num": 5})],
+            "eval_accuracy: value None is not a number",
+        ),
         ("garbled", [':::MLLOG {"key": "eval_acc'], "not valid JSON"),
-        ("bad_target", [mllog_line("target_accuracy", "high")],
-         "target_accuracy: value 'high' is not a number"),
+        (
+            "bad_target",
+            [mllog_line("target_accuracy", "high")],
+            "target_accuracy: value 'high' is not a number",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_damaged_log_is_listed_with_its_reason(tmp_path, name, lines, reason):
     three_good(tmp_path)
     good = bert_log_lines(minutes=1.0)

@@ -37,7 +37,9 @@ def test_package_on_a_demo_says_first_why_the_checker_rejects_it(tmp_path, capsy
         assert main([str(logs), "--out", str(tmp_path / "summary"), "--package", str(tmp_path / "pkg")]) == 1
     printed = capsys.readouterr()
     out = printed.out
-    note = out.index("Note: the package checker will reject this package: the runs are demos "
-                     "(target_accuracy 0.12, not bert's 0.72)")  # fmt: skip
+    note = out.index(
+        "Note: the package checker will reject this package: the runs are demos "
+        "(target_accuracy 0.12, not bert's 0.72)"
+    )
     assert note < out.index("## Package") and "2 run(s), where a submission has exactly 10" in out
     assert "nan" not in out and "RuntimeWarning" not in printed.err

@@ -20,13 +20,18 @@ def write_runs(logdir, count):
         tag = f"bert_{SYSTEM}_{i}"
         write_log(logdir / f"{tag}.log", bert_log_lines(minutes=5.0 + i / 10, gbs=1536, evals=EVALS, seed=i))
         effective = {
-            "config": {"DGXSYSTEM": SYSTEM, "DGXNNODES": 1, "DGXNGPU": 8, "MLPERF_SUBMISSION_ORG": "testorg",
-                       "MLPERF_SUBMISSION_PLATFORM": "TEST"},
+            "config": {
+                "DGXSYSTEM": SYSTEM,
+                "DGXNNODES": 1,
+                "DGXNGPU": 8,
+                "MLPERF_SUBMISSION_ORG": "testorg",
+                "MLPERF_SUBMISSION_PLATFORM": "TEST",
+            },
             "seed": i,
             "versions": {"python": "3.11.9", "torch": "2.13.0", "hip": "7.0.1", "mlperf_logging": "4.1.68"},
             "accelerator": "AMD Instinct MI300X",
             "git_commit": "0123456789abcdef0123456789abcdef01234567",
-        }  # fmt: skip
+        }
         (logdir / f"{tag}.config.json").write_text(json.dumps(effective))
     return logdir
 
@@ -49,8 +54,10 @@ def test_a_good_package_is_written_and_accepted(ten_runs, tmp_path, capsys):
     assert (results / "result_0.txt").read_text() == (ten_runs / f"bert_{SYSTEM}_1.log").read_text()
     system = json.loads((root / "systems" / f"{SYSTEM}.json").read_text())
     assert (system["submitter"], system["division"], system["status"]) == (
-        "testorg", "closed", "Available on-premise"
-    )  # fmt: skip
+        "testorg",
+        "closed",
+        "Available on-premise",
+    )
     assert (
         system["accelerator_model_name"] == "AMD Instinct MI300X" and system["accelerators_per_node"] == "8"
     )

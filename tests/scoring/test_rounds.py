@@ -144,14 +144,17 @@ def test_table_as_on_a_day(day, kept):
 @pytest.mark.parametrize(
     "spec, error",
     [
-        ("2025-08-10", "--rcp-table 2025-08-10: training_5.1.0/rcps_llama31_8b.json was not yet on "
-                       "mlcommons/logging master on 2025-08-10 (its first version came on 2025-08-11)"),
+        (
+            "2025-08-10",
+            "--rcp-table 2025-08-10: training_5.1.0/rcps_llama31_8b.json was not yet on "
+            "mlcommons/logging master on 2025-08-10 (its first version came on 2025-08-11)",
+        ),
         ("2025-13-01", "--rcp-table 2025-13-01: not a date (YYYY-MM-DD)"),
         ("missing.json", "--rcp-table missing.json: cannot read it (No such file or directory)"),
         ("bert", "--rcp-table bert: RCPs of bert, not of llama31_8b"),
         ("notjson", "--rcp-table notjson: not JSON"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_rcp_table_is_one_clear_error(tmp_path, monkeypatch, capsys, spec, error):
     logdir = copy_official("v5.1/AMD/MI355X_EPYC_9575F_pytorch/llama31_8b", tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -27,15 +27,17 @@ def job(tmp_path: Path) -> Launch:
     job = fake_launch(tmp_path, SYSTEM, CONFIG)
     for name, target in [("srun", "srun"), ("scontrol", "scontrol")]:
         (tmp_path / "bin" / name).symlink_to(SLURM_FAKES / target)
-    job.env.update({
-        "FAKE_NODES": "node1 node2",
-        "FAKE_NODEADDR": "node1-mgmt",
-        "SLURM_JOB_ID": "42",
-        "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_JOB_NODELIST": "node[1-2]",
-        "SLURM_CPUS_ON_NODE": "8",
-        "SLURM_SUBMIT_DIR": str(tmp_path),
-    })  # fmt: skip
+    job.env.update(
+        {
+            "FAKE_NODES": "node1 node2",
+            "FAKE_NODEADDR": "node1-mgmt",
+            "SLURM_JOB_ID": "42",
+            "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_JOB_NODELIST": "node[1-2]",
+            "SLURM_CPUS_ON_NODE": "8",
+            "SLURM_SUBMIT_DIR": str(tmp_path),
+        }
+    )
     return job
 
 

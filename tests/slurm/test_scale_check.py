@@ -20,10 +20,15 @@ BASE = {"DATADIR": "/data", "BATCHSIZE": "48", "LR": "0.00096", "MAX_STEPS": "36
 
 def sourced(config: Path) -> tuple[dict[str, str], list[str]]:
     env_out, names = (
-        subprocess.run(["bash", "-c", f'. "$0" && {cmd}', str(config)], env={"PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            ["bash", "-c", f'. "$0" && {cmd}', str(config)],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         for cmd in ("env", "compgen -e")
-    )  # fmt: skip
+    )
     env = dict(line.split("=", 1) for line in env_out.splitlines() if "=" in line)
     return env, [n for n in names.split() if n not in ("PATH", "PWD", "SHLVL", "_")]
 
@@ -53,17 +58,29 @@ def test_the_documented_4_gpu_config_keeps_the_global_batch(tmp_path):
 @pytest.mark.parametrize(
     "env, world, problems",
     [
-        ({"DGXSYSTEM": "H100_1x4x48", "DGXNGPU": "8"}, None,
-         ["DGXSYSTEM=H100_1x4x48 says DGXNGPU=4, but the config sets DGXNGPU=8"]),
-        ({"DGXSYSTEM": "X_2x8x48", "DGXNNODES": "2", "DGXNGPU": "8"}, 8,
-         ["DGXNNODES=2 x DGXNGPU=8 = 16 ranks, but the launcher starts 8"]),
-        ({"DGXSYSTEM": "X_1x1x3_odd", "BATCHSIZE": "3", "PACKING_FACTOR": "1.5"}, 1,
-         ["global batch BATCHSIZE x GRADIENT_STEPS x 1 ranks x PACKING_FACTOR = 4.5 samples is not a whole "
-          "number"]),
+        (
+            {"DGXSYSTEM": "H100_1x4x48", "DGXNGPU": "8"},
+            None,
+            ["DGXSYSTEM=H100_1x4x48 says DGXNGPU=4, but the config sets DGXNGPU=8"],
+        ),
+        (
+            {"DGXSYSTEM": "X_2x8x48", "DGXNNODES": "2", "DGXNGPU": "8"},
+            8,
+            ["DGXNNODES=2 x DGXNGPU=8 = 16 ranks, but the launcher starts 8"],
+        ),
+        (
+            {"DGXSYSTEM": "X_1x1x3_odd", "BATCHSIZE": "3", "PACKING_FACTOR": "1.5"},
+            1,
+            [
+                "global batch BATCHSIZE x GRADIENT_STEPS x 1 ranks x PACKING_FACTOR = 4.5 "
+                "samples is not a whole "
+                "number"
+            ],
+        ),
         ({"DGXSYSTEM": "MI300X_1x8x48", "DGXNGPU": "8"}, 8, []),
         ({"DGXSYSTEM": "DGXH100_1x8x48x1_pack", "DGXNGPU": "8"}, None, []),  # another convention: not read
     ],
-)  # fmt: skip
+)
 def test_scale_problems(env, world, problems):
     assert BertConfig.from_env({**BASE, **env}).scale_problems(world) == problems
 
@@ -72,9 +89,19 @@ def test_preflight_checks_the_launchers_world_size(tmp_path):
     from tests.bert.synthetic import write_dataset
 
     data = write_dataset(tmp_path)
-    env = {"DATADIR": str(data), "BATCHSIZE": "4", "LR": "0.01", "MAX_STEPS": "10", "INIT_CHECKPOINT": "none",
-           "EVAL_ITER_START_SAMPLES": "80", "EVAL_ITER_SAMPLES": "80",
-           "CPU_DEMO": "1", "DGXSYSTEM": "CPU_2x1x4", "DGXNNODES": "2", "DGXNGPU": "1"}  # fmt: skip
+    env = {
+        "DATADIR": str(data),
+        "BATCHSIZE": "4",
+        "LR": "0.01",
+        "MAX_STEPS": "10",
+        "INIT_CHECKPOINT": "none",
+        "EVAL_ITER_START_SAMPLES": "80",
+        "EVAL_ITER_SAMPLES": "80",
+        "CPU_DEMO": "1",
+        "DGXSYSTEM": "CPU_2x1x4",
+        "DGXNNODES": "2",
+        "DGXNGPU": "1",
+    }
     assert preflight.check(env) == []
     assert preflight.check({**env, "LAUNCH_WORLD_SIZE": "2"}) == []
     assert preflight.check({**env, "LAUNCH_WORLD_SIZE": "3"}) == [

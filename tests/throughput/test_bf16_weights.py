@@ -32,11 +32,24 @@ def test_the_clip_norms_bf16_gradients_in_float32():
 
 
 def build(bf16_weights: bool, grad_accum: int = 1, compile: bool = False):
-    shape = LlamaShape(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_heads=4, num_kv_heads=2,
-                       vocab_size=1024, max_seq_length=128)  # fmt: skip
+    shape = LlamaShape(
+        num_layers=2,
+        hidden_size=256,
+        ffn_hidden_size=512,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=1024,
+        max_seq_length=128,
+    )
     spec = ModelSpec("tiny", "llama", Path("tiny.json"), shape=shape)
-    args = RunArgs(Path("tiny.json"), "llama", batch_size=2, grad_accum=grad_accum, enable_compile=compile,
-                   bf16_weights=bf16_weights)  # fmt: skip
+    args = RunArgs(
+        Path("tiny.json"),
+        "llama",
+        batch_size=2,
+        grad_accum=grad_accum,
+        enable_compile=compile,
+        bf16_weights=bf16_weights,
+    )
     torch.manual_seed(0)
     return llm.build(spec, args, torch.device("cuda"), None, 1)
 

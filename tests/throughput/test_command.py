@@ -14,11 +14,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "embedding_dim": 64, "hidden_dim": 192,
-        "vocab_size": 512, "max_seq_len": 64, "eps": 1e-5}  # fmt: skip
-TINY_FLUX = {"patch_size": 1, "in_channels": 16, "num_layers": 1, "num_single_layers": 2,
-             "attention_head_dim": 16, "num_attention_heads": 2, "joint_attention_dim": 32,
-             "pooled_projection_dim": 16, "guidance_embeds": True, "axes_dims_rope": [4, 6, 6]}  # fmt: skip
+TINY = {
+    "num_layers": 2,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "embedding_dim": 64,
+    "hidden_dim": 192,
+    "vocab_size": 512,
+    "max_seq_len": 64,
+    "eps": 1e-5,
+}
+TINY_FLUX = {
+    "patch_size": 1,
+    "in_channels": 16,
+    "num_layers": 1,
+    "num_single_layers": 2,
+    "attention_head_dim": 16,
+    "num_attention_heads": 2,
+    "joint_attention_dim": 32,
+    "pooled_projection_dim": 16,
+    "guidance_embeds": True,
+    "axes_dims_rope": [4, 6, 6],
+}
 QUICK = ["--num_iteration", "4", "--grad_accum", "2", "--enable_compile", "False"]
 
 
@@ -35,8 +52,15 @@ def env() -> dict[str, str]:
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(ROOT / "train_fsdp.py"), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(ROOT / "train_fsdp.py"),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
 
 
@@ -55,7 +79,11 @@ def test_llama_with_fp8_on_two_processes(tmp_path):
     assert any("fp8: native FP8" in ln for ln in lines)
     result = json.loads(out.read_text())
     assert (result["world_size"], result["batch_size"], result["precision"], result["measured_steps"]) == (
-        2, 2, "fp8", 1)  # fmt: skip
+        2,
+        2,
+        "fp8",
+        1,
+    )
     assert result["tokens_per_s_per_gpu"] == pytest.approx(result["sequences_per_s_per_gpu"] * 64)
     assert result["tflops_per_gpu"]["amd"] > result["tflops_per_gpu"]["ours"] > 0
     assert result["backends"]["data_parallel"].startswith("FSDP2 over 2 ranks")
@@ -88,8 +116,18 @@ def test_flux_on_two_processes(tmp_path):
         json.dumps({"name": "tiny FLUX", "resolution": 64, "text_length": 8, "transformer": TINY_FLUX})
     )
     out = tmp_path / "result.json"
-    proc = torchrun(str(config), "flux", "--batch_size", "2", "--num_iteration", "3",
-                    "--enable_compile", "False", "--json", str(out))  # fmt: skip
+    proc = torchrun(
+        str(config),
+        "flux",
+        "--batch_size",
+        "2",
+        "--num_iteration",
+        "3",
+        "--enable_compile",
+        "False",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["images_per_s_per_gpu"] > 0 and result["tokens_per_s_per_gpu"] > 0
@@ -106,9 +144,25 @@ def test_the_suite_writes_its_table(tmp_path):
         json.dumps({"name": "Mistral 7B v0.1", "arch_name": "mistral", **TINY, "window_size": 16})
     )
     out = tmp_path / "results"
-    cmd = [sys.executable, str(ROOT / "train_fsdp.py"), "--suite", "--nproc_per_node", "2", "--gpu", "MI300X",
-           "--configs", str(configs), "--only", "mistral-7b-v0.1-8192-bf16", "--output_dir", str(out),
-           "--", *QUICK, "--seq_len", "64"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "train_fsdp.py"),
+        "--suite",
+        "--nproc_per_node",
+        "2",
+        "--gpu",
+        "MI300X",
+        "--configs",
+        str(configs),
+        "--only",
+        "mistral-7b-v0.1-8192-bf16",
+        "--output_dir",
+        str(out),
+        "--",
+        *QUICK,
+        "--seq_len",
+        "64",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = (out / "throughput.md").read_text().splitlines()
@@ -122,17 +176,34 @@ def test_the_suite_writes_its_table(tmp_path):
 
 def test_a_bad_flag_exits_2_naming_it():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "train_fsdp.py"), "configs/throughput/llama-3.1-8b-4k.json", "llama",
-         "--enable_fp8", "yes"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "train_fsdp.py"),
+            "configs/throughput/llama-3.1-8b-4k.json",
+            "llama",
+            "--enable_fp8",
+            "yes",
+        ],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "train_fsdp.py: error: argument --enable_fp8" in proc.stderr and "not 'yes'" in proc.stderr
 
 
 def test_help_lists_the_flags():
     for argv, flag in ((["--help"], "--batch_size"), (["--suite", "--help"], "--nproc_per_node")):
-        proc = subprocess.run([sys.executable, str(ROOT / "train_fsdp.py"), *argv], capture_output=True,
-                              text=True, env=env(), cwd=ROOT, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "train_fsdp.py"), *argv],
+            capture_output=True,
+            text=True,
+            env=env(),
+            cwd=ROOT,
+            timeout=120,
+        )
         assert proc.returncode == 0 and flag in proc.stdout, proc.stderr
 
 
@@ -142,11 +213,14 @@ def test_a_row_stopped_mid_run_keeps_what_it_printed(tmp_path):
 
     log, ready = tmp_path / "row.log", tmp_path / "ready"
     row = [sys.executable, "-c", "print('step 1/8 loss 9.1', flush=True); import time; time.sleep(60)"]
-    runner = (f"import pathlib; from training.throughput.suite import run_row; "
-              f"pathlib.Path({str(ready)!r}).touch(); "
-              f"run_row({row!r}, pathlib.Path({str(log)!r}))")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", runner], env=env(), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    runner = (
+        f"import pathlib; from training.throughput.suite import run_row; "
+        f"pathlib.Path({str(ready)!r}).touch(); "
+        f"run_row({row!r}, pathlib.Path({str(log)!r}))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", runner], env=env(), cwd=ROOT, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (log.exists() and "step 1/8" in log.read_text()):

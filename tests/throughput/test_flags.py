@@ -20,8 +20,22 @@ def test_the_seeds_commands_parse():
     assert (a.batch_size, a.enable_fp8, a.num_iteration, a.grad_accum, a.seed) == (3, True, 128, 8, 1024)
     a = parse_args([str(CONFIGS / "mistral-7b-v0.1.json"), "mistral", "--batch_size=4", "--enable_fp8"])
     assert (a.batch_size, a.enable_fp8) == (4, True)
-    a = parse_args([LLAMA, "llama", "--batch-size", "auto", "--enable-fp8", "False", "--num_iteration", "64",
-                    "--seed", "7", "--seq_len", "2048"])  # fmt: skip
+    a = parse_args(
+        [
+            LLAMA,
+            "llama",
+            "--batch-size",
+            "auto",
+            "--enable-fp8",
+            "False",
+            "--num_iteration",
+            "64",
+            "--seed",
+            "7",
+            "--seq_len",
+            "2048",
+        ]
+    )
     assert (a.batch_size, a.enable_fp8, a.num_iteration, a.seed, a.seq_len) == (None, False, 64, 7, 2048)
     assert (a.steps, a.warmup_steps) == (8, 4)
     assert model_for(a).shape.max_seq_length == 2048
@@ -79,13 +93,21 @@ def test_bad_model_types_and_configs_are_named(tmp_path):
 
 def test_every_shipped_config_is_the_model_it_names():
     """Parameter counts of the real models: Llama 3.1 8B 8.03 B, 70B 70.55 B, Mistral 7B v0.1 7.24 B."""
-    counts = {"llama-3.1-8b-8k": 8_030_261_248, "llama-3.1-8b-4k": 8_030_261_248,
-              "llama-3.1-70b": 70_553_706_496, "mistral-7b-v0.1": 7_241_732_096}  # fmt: skip
+    counts = {
+        "llama-3.1-8b-8k": 8_030_261_248,
+        "llama-3.1-8b-4k": 8_030_261_248,
+        "llama-3.1-70b": 70_553_706_496,
+        "mistral-7b-v0.1": 7_241_732_096,
+    }
     for stem, params in counts.items():
         spec = load_model(CONFIGS / f"{stem}.json", "mistral" if "mistral" in stem else "llama")
         assert spec.shape.num_params() == params
     mistral = load_model(CONFIGS / "mistral-7b-v0.1.json", "mistral").shape
     assert (mistral.sliding_window, mistral.num_kv_heads, mistral.vocab_size, mistral.rope_scaling) == (
-        4096, 8, 32000, None)  # fmt: skip
+        4096,
+        8,
+        32000,
+        None,
+    )
     flux = load_model(CONFIGS / "flux.1-dev.json", "flux").flux
     assert (flux.image_tokens, flux.text_length, flux.transformer["num_single_layers"]) == (1024, 512, 38)

@@ -48,7 +48,9 @@ def test_published_rows_and_the_closest_gpu():
     assert published.reference_gpu("AMD Instinct MI355X", 288)[0] == "MI325X"
     assert published.reference_gpu("Mystery GPU", 250)[0] == "MI325X"
     assert published.reference_gpu("CPU", None) == (
-        "MI300X", "MI300X, the table used without a GPU; --gpu picks another")  # fmt: skip
+        "MI300X",
+        "MI300X, the table used without a GPU; --gpu picks another",
+    )
 
 
 def test_auto_batch_extrapolates_the_peak():
@@ -73,9 +75,11 @@ def test_out_of_memory_names_the_batch_and_the_memory_asked_for():
     assert text.startswith("Llama 3.1 70B does not fit at batch size 4 per GPU on NVIDIA H200 (139.8 GiB")
     assert "asked for 3.91 GiB with 136.2 GiB already allocated" in text
     # PyTorch's own figures of the moment it failed, where its message has them (the 8B on 4 x H100)
-    oom += (" of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB memory in "
-            "use. Of the allocated memory 75.30 GiB is allocated by PyTorch, and 2.19 GiB is reserved by "
-            "PyTorch but unallocated.")  # fmt: skip
+    oom += (
+        " of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB memory in "
+        "use. Of the allocated memory 75.30 GiB is allocated by PyTorch, and 2.19 GiB is reserved by "
+        "PyTorch but unallocated."
+    )
     text = does_not_fit("Llama 3.1 8B", 1, "NVIDIA H100 80GB HBM3 (79.2 GiB, rank 0)", oom, 40.2)
     assert "asked for 3.91 GiB with 75.30 GiB allocated by PyTorch and 2.19 GiB reserved but" in text
 
@@ -87,16 +91,30 @@ def test_flux_flops_match_torchs_flop_counter():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = {"patch_size": 1, "in_channels": 16, "num_layers": 2, "num_single_layers": 3,
-              "attention_head_dim": 16, "num_attention_heads": 4, "joint_attention_dim": 40,
-              "pooled_projection_dim": 24, "guidance_embeds": True, "axes_dims_rope": [4, 6, 6]}  # fmt: skip
+    config = {
+        "patch_size": 1,
+        "in_channels": 16,
+        "num_layers": 2,
+        "num_single_layers": 3,
+        "attention_head_dim": 16,
+        "num_attention_heads": 4,
+        "joint_attention_dim": 40,
+        "pooled_projection_dim": 24,
+        "guidance_embeds": True,
+        "axes_dims_rope": [4, 6, 6],
+    }
     image, text = 36, 12
     model = FluxTransformer2DModel(**config)
     inputs = dict(
-        hidden_states=torch.randn(1, image, 16), encoder_hidden_states=torch.randn(1, text, 40),
-        pooled_projections=torch.randn(1, 24), timestep=torch.rand(1), guidance=torch.ones(1),
-        img_ids=torch.zeros(image, 3), txt_ids=torch.zeros(text, 3), return_dict=False,
-    )  # fmt: skip
+        hidden_states=torch.randn(1, image, 16),
+        encoder_hidden_states=torch.randn(1, text, 40),
+        pooled_projections=torch.randn(1, 24),
+        timestep=torch.rand(1),
+        guidance=torch.ones(1),
+        img_ids=torch.zeros(image, 3),
+        txt_ids=torch.zeros(text, 3),
+        return_dict=False,
+    )
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter:
         model(**inputs)

@@ -36,17 +36,28 @@ def one_error_line(capsys) -> str:
     [
         (None, ["{tmp}", "llama"], "{tmp}: a folder, not a model config"),
         (b"\xff\xfe{}", ["{cfg}", "llama"], "not UTF-8 text (byte 0xff at offset 0)"),
-        ({**LLAMA, "rope_scaling": {**LLAMA["rope_scaling"], "factr": 8.0}}, ["{cfg}", "llama"],
-         "unknown key 'rope_scaling.factr' (did you mean factor?)"),
+        (
+            {**LLAMA, "rope_scaling": {**LLAMA["rope_scaling"], "factr": 8.0}},
+            ["{cfg}", "llama"],
+            "unknown key 'rope_scaling.factr' (did you mean factor?)",
+        ),
         ({**LLAMA, "num_layers": "32"}, ["{cfg}", "llama"], "num_layers must be a positive integer, not"),
         ({**LLAMA, "rope_base": "5e5"}, ["{cfg}", "llama"], "rope_base must be a positive number, not '5e5'"),
         ({**LLAMA, "rope_scaling": {"factor": "8"}}, ["{cfg}", "llama"], "rope_scaling.factor must be"),
         (LLAMA, ["{cfg}", "llama", "--json", "{tmp}"], "--json {tmp}: a folder; give a file name"),
         (LLAMA, ["{cfg}", "llama", "--json", "{cfg}/result.json"], "is a file, not a folder"),
     ],
-    ids=["folder", "not-utf8", "rope-key", "string-number", "string-float", "rope-string", "json-folder",
-         "json-under-a-file"],
-)  # fmt: skip
+    ids=[
+        "folder",
+        "not-utf8",
+        "rope-key",
+        "string-number",
+        "string-float",
+        "rope-string",
+        "json-folder",
+        "json-under-a-file",
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, argv, said):
     cfg = tmp_path / "model.json"
     if isinstance(make, bytes):
@@ -99,9 +110,15 @@ def test_a_model_that_cannot_fit_is_said_in_one_line_before_anything_is_built():
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    proc = subprocess.run([sys.executable, str(ROOT / "train_fsdp.py"), str(CONFIGS / "llama-3.1-70b.json"),
-                           "llama"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120,
-                          preexec_fn=cap)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train_fsdp.py"), str(CONFIGS / "llama-3.1-70b.json"), "llama"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+        timeout=120,
+        preexec_fn=cap,
+    )
     assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("train_fsdp.py: no GPU here, and Llama 3.1 70B cannot run on this CPU")
     assert "tiny-llama.json" in proc.stderr
@@ -190,11 +207,14 @@ def test_under_torchrun_a_config_error_is_said_once():
 def test_stopping_a_row_stops_torchrun_s_workers_too():
     """A stand-in for torchrun: a parent whose child runs in a session of its own, as torchrun starts its
     workers (a signal to the parent's process group does not reach it)."""
-    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
-            "time.sleep(60)'], start_new_session=True); print('started', flush=True); "
-            "time.sleep(60)")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    code = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)'], start_new_session=True); print('started', flush=True); "
+        "time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     assert proc.stdout.readline() == "started\n"
     tree = suite._process_tree(proc.pid)
     assert len(tree) == 2
@@ -217,10 +237,27 @@ def test_a_stopped_suite_ends_its_row_at_once_and_keeps_the_table(tmp_path):
     out = tmp_path / "out"
     rows = ["--only", "8b-8192-bf16,8b-4096-bf16", "--configs", "configs", "--output_dir", "out"]
     flags = ["--num_iteration", "400", "--grad_accum", "2", "--enable_compile", "False", "--batch_size", "1"]
-    cmd = [sys.executable, str(ROOT / "train_fsdp.py"), "--suite", "--nproc_per_node", "1", "--gpu", "MI300X",
-           *rows, "--", *flags]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "train_fsdp.py"),
+        "--suite",
+        "--nproc_per_node",
+        "1",
+        "--gpu",
+        "MI300X",
+        *rows,
+        "--",
+        *flags,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         log = out / "llama-3.1-8b-4096-bf16.log"
         deadline = time.monotonic() + 240

@@ -50,8 +50,15 @@ def test_a_token_never_attends_beyond_4096_back():
 
 @pytest.mark.parametrize("window", [None, 16, 64])
 def test_no_window_or_one_as_long_as_the_sequence_leaves_the_model_unchanged(window):
-    shape = LlamaShape(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_heads=4, num_kv_heads=2,
-                       vocab_size=64, max_seq_length=16)  # fmt: skip
+    shape = LlamaShape(
+        num_layers=2,
+        hidden_size=32,
+        ffn_hidden_size=64,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=64,
+        max_seq_length=16,
+    )
     tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)
     plain = Llama(shape)
