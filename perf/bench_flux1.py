@@ -1,7 +1,8 @@
 """The Flux.1 benchmark's training step on one GPU: ours (the trainer's own `build_step` and `train_step`)
 beside diffusers' training loop, same run, same weights, same inputs.
 
-    python -m perf.bench_flux1 [--double 4 --single 8] [--batch 8] [--steps 10] [--compile] [--ac] [--fp8]
+    python -m perf.bench_flux1 [--double 4 --single 8] [--batch 8] [--steps 10] [--config FILE]
+        [--set 'COMPILE_DIT=1 ACTIVATION_CHECKPOINTING=1 PRECISION=fp8 ...']
     python -m perf.bench_flux1 --tiny          # on the CPU, the toy shape (a check that it runs)
 
 The full MMDiT (19 double, 38 single blocks, 11.9 B parameters) with fp32 AdamW state needs about 190 GB: it
@@ -10,8 +11,9 @@ throughput per block scales to the full model by the block counts). Inputs are t
 [256, 4096], pooled CLIP [768], the VAE posterior [16, 32, 32]), random, rotated over a pool of batches.
 
 Ours: `training.flux1.build.build_step` (BF16 autocast in one process, fp32 master weights, fused AdamW with
-decay on every parameter, clip 1.0; `--compile` each block compiled, `--ac` every block recomputed, `--fp8`
-the blocks' linear layers in FP8 as PRECISION=fp8 runs them), the step of `training.flux1.step`. Peer: the
+decay on every parameter, clip 1.0), the step of `training.flux1.step`, with the features the flux1 config
+asks for (`--config`, else its defaults, then `--set` in the config's own names: `COMPILE_DIT`,
+`ACTIVATION_CHECKPOINTING`, `PRECISION`, `FP8_BACKEND`, ...; `perf/lib/overrides.py`). Peer: the
 loop of diffusers' Flux training examples (`train_dreambooth_flux.py`): the latents packed and their ids made
 by `FluxPipeline._pack_latents` / `_prepare_latent_image_ids`, the prediction unpacked by
 `FluxPipeline._unpack_latents`, bf16 autocast, `F.mse_loss(pred.float(), target.float())`, backward,
@@ -31,6 +33,7 @@ import contextlib
 import gc
 import json
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -38,14 +41,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from perf.lib import parity
+from perf.lib import overrides, parity
 from perf.lib.timing import time_steps
 from training.common import dist
-from training.flux1.build import Features, Optim, build_step
-from training.flux1.config import ADAMW_BETAS, ADAMW_EPS, GRAD_CLIP_NORM, WEIGHT_DECAY
+from training.flux1.build import Features, Optim, build_step, resolve_precision
+from training.flux1.config import ADAMW_BETAS, ADAMW_EPS, GRAD_CLIP_NORM, WEIGHT_DECAY, FluxConfig
 from training.flux1.model import PRESETS
 from training.flux1.step import Batch, Draws, calibrate_fp8, clean_latents, train_step
-from training.fp8 import Fp8Settings
 
 SEED, LR = 0, 2e-4
 POOL = 4  # distinct batches, rotated
@@ -110,18 +112,28 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8, help="images per step")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--compile", action="store_true", help="ours: each block compiled")
-    ap.add_argument("--ac", action="store_true", help="ours: every block recomputed")
-    ap.add_argument("--fp8", action="store_true", help="ours: the blocks' GEMMs in FP8 (FP8_BACKEND=auto)")
+    ap.add_argument("--config", type=Path, help="a flux1 config file whose settings ours takes")
+    ap.add_argument(
+        "--set", default="", metavar="'NAME=VALUE ...'", help="ours: the config's settings changed"
+    )
     ap.add_argument("--tiny", action="store_true", help="the toy shape on this machine's device (CPU: fp32)")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # what the bench sets itself: no data read (DATADIR never opened), its batch, its fixed LR
+    bench_values = {"DATADIR": "/nonexistent", "BATCHSIZE": str(args.batch), "MBS": str(args.batch)}
+    bench_values["LEARNING_RATE"] = str(LR)
+    try:
+        changes = overrides.parse(shlex.split(args.set))
+        start = overrides.base("flux1", args.config, bench_values)
+        cfg = overrides.build(FluxConfig, start, changes)
+    except (overrides.OverrideError, ValueError) as err:
+        raise SystemExit(f"bench_flux1: {err}") from None
     info = dist.DistInfo(rank=0, local_rank=0, world_size=1, device=device)
     base = PRESETS["tiny"] if args.tiny else PRESETS["schnell"]
     shape = base.replace(double_layers=args.double, single_layers=args.single)
     precision = "bf16" if device.type == "cuda" else "fp32"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    ours_precision = "fp8" if args.fp8 else precision
+    ours_precision = resolve_precision(cfg.requested_precision(), device)
     optim = Optim(LR, ADAMW_BETAS, ADAMW_EPS, WEIGHT_DECAY, GRAD_CLIP_NORM)
     pool = batches(shape, args.batch, device)
     autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
@@ -130,7 +142,7 @@ def main() -> int:
     # from the same seed: the same initial weights
     for name in ("ours", "diffusers"):
         if name == "ours":
-            features = Features(ours_precision, args.ac, args.compile, Fp8Settings())
+            features = Features(ours_precision, cfg.activation_checkpointing, cfg.compile, cfg.fp8_settings())
             ours, applied = build_step(shape, features, optim, info, SEED)
             calibrate_fp8(ours, pool[0])
             params = sum(p.numel() for p in ours.params)
@@ -173,7 +185,7 @@ def main() -> int:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    kind = "fp8" if args.fp8 else "bf16"  # FP8's wider tolerance where ours computes the blocks in FP8
+    kind = "fp8" if ours_precision == "fp8" else "bf16"  # FP8's wider tolerance where ours runs FP8 GEMMs
     check = parity.verdict(
         results["diffusers"]["losses"],
         results["ours"]["losses"],
@@ -202,6 +214,8 @@ def main() -> int:
             "shape": str(shape),
             "batch": args.batch,
             "precision": precision,
+            "config": str(args.config) if args.config else None,
+            "overrides": changes,
             "applied": applied,
             "results": results,
             "parity": check,
