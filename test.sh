@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test command: sets up ./.venv on first use, then lints and runs every test tier that needs no GPU.
-#   ./test.sh              every tier but the demo tier (20 to 30 minutes on 2 cores, by what else runs there)
+#   ./test.sh              every tier but the demo tier (about 24 minutes on 2 cores from a clean clone)
 #   ./test.sh -m "not slow"   the fast tiers only; other arguments go to pytest
 #   ./test.sh -m demo      the demo tier alone: what only repeats a path the other tiers run (the CPU demos'
-#                          second runs, NEXP=2, and the walk-through's 8B demo run); pyproject.toml's
+#                          and podman's second runs, NEXP=2, and the walk-through's 8B demo run); pyproject.toml's
 #                          `-m 'not demo'` leaves it out unless -m names it
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
