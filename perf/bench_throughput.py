@@ -62,7 +62,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from perf.lib import parity, processes, shapes
+from perf.lib import overrides, parity, processes, shapes
 from perf.lib.rows import llama_batches
 from perf.lib.schedules import llama_lr
 from perf.lib.timing import print_profile, step_record, take_peak, time_steps
@@ -109,36 +109,28 @@ class Variant:
 
 
 def variants(texts: list[str]) -> list[Variant]:
-    """The variants of `texts` ('LABEL: --flag value ...', `;` between several), each flag read by the suite's
-    parser; a flag the bench sets, or a label given twice, is an error."""
+    """The variants of `texts` ('LABEL: --flag value ...', `;` between several, as `perf/lib/overrides.py`
+    reads them), each flag read by the suite's parser; a flag the bench sets, or a label given twice, is an
+    error."""
     out = []
-    for text in (one for given in texts for one in given.split(";") if one.strip()):
-        try:
-            words = shlex.split(text)
-        except ValueError as err:
-            raise ConfigError(f"variant {text!r}: {err}") from None
-        label = None
-        if words and words[0].endswith(":"):
-            label, words = words[0][:-1], words[1:]
-            if not label or ":" in label:
-                raise ConfigError(f"variant {text!r}: the label before ':' must be one word without ':'")
-        if words and not words[0].startswith("--"):
-            raise ConfigError(f"variant {text!r}: expected train_fsdp.py flags (--name value ...)")
-        names = [w[2:].partition("=")[0].replace("-", "_") for w in words if w.startswith("--")]
-        if taken := [f"--{n}" for n in names if n in BENCH_FLAGS]:
-            raise ConfigError(
-                f"variant {text!r}: {', '.join(taken)} is set by the bench (--mbs, --seq, --layers)"
-            )
-        try:  # the suite's parser: a bad flag or value, named
-            parse_args(["model.json", "llama", *words])
-        except ConfigError as err:
-            raise ConfigError(f"variant {text!r}: {err}") from None
-        out.append(Variant(label or " ".join(words) or "ours", tuple(words)))
-    labels = [v.label for v in out]
-    if twice := sorted({label for label in labels if labels.count(label) > 1 or label in PEERS}):
-        raise ConfigError(
-            f"variant label(s) {', '.join(twice)} given twice or a peer's: label each 'LABEL: ...'"
-        )
+    try:
+        for text in overrides.each(texts):
+            label, words = overrides.split(text)
+            if words and not words[0].startswith("--"):
+                raise ConfigError(f"variant {text!r}: expected train_fsdp.py flags (--name value ...)")
+            names = [w[2:].partition("=")[0].replace("-", "_") for w in words if w.startswith("--")]
+            if taken := [f"--{n}" for n in names if n in BENCH_FLAGS]:
+                raise ConfigError(
+                    f"variant {text!r}: {', '.join(taken)} is set by the bench (--mbs, --seq, --layers)"
+                )
+            try:  # the suite's parser: a bad flag or value, named
+                parse_args(["model.json", "llama", *words])
+            except ConfigError as err:
+                raise ConfigError(f"variant {text!r}: {err}") from None
+            out.append(Variant(label or " ".join(words) or "ours", tuple(words)))
+        overrides.check_labels([v.label for v in out], PEERS)
+    except overrides.OverrideError as err:
+        raise ConfigError(str(err)) from None
     return out
 
 

@@ -66,17 +66,37 @@ def words(overrides: Mapping[str, str]) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in overrides.items())
 
 
-def variant(text: str) -> Variant:
-    """A variant from its command-line form (`LABEL: NAME=VALUE ...`, the label optional)."""
+def split(text: str) -> tuple[str | None, list[str]]:
+    """A variant's command-line form (`LABEL: word ...`, the label optional) as (its label or None, the
+    words after it), split as the shell splits them."""
     try:
         said = shlex.split(text)
     except ValueError as err:
         raise OverrideError(f"variant {text!r}: {err}") from None
-    label = None
-    if said and said[0].endswith(":"):
-        label, said = said[0][:-1], said[1:]
-        if not label or "=" in label:
-            raise OverrideError(f"variant {text!r}: the label before ':' must be one word without '='")
+    if not (said and said[0].endswith(":")):
+        return None, said
+    label = said[0][:-1]
+    if not label or "=" in label or ":" in label:
+        raise OverrideError(f"variant {text!r}: the label before ':' must be one word without '=' or ':'")
+    return label, said[1:]
+
+
+def each(texts: Sequence[str]) -> list[str]:
+    """The variants of `texts`, each one or more separated by `;`."""
+    return [one for text in texts for one in text.split(";") if one.strip()]
+
+
+def check_labels(labels: Sequence[str], taken: Sequence[str] = ()) -> None:
+    """Two variants with one label, or one with a label in `taken` (a peer's), are an error: the results
+    are keyed by label."""
+    if twice := sorted({label for label in labels if labels.count(label) > 1 or label in taken}):
+        also = " or a peer's" if taken else ""
+        raise OverrideError(f"variant label(s) {', '.join(twice)} given twice{also}: label each 'LABEL: ...'")
+
+
+def variant(text: str) -> Variant:
+    """A variant from its command-line form (`LABEL: NAME=VALUE ...`, the label optional)."""
+    label, said = split(text)
     try:
         overrides = parse(said)
     except OverrideError as err:
@@ -85,12 +105,9 @@ def variant(text: str) -> Variant:
 
 
 def variants(texts: Sequence[str]) -> list[Variant]:
-    """The variants of `texts` (each one or more, `;`-separated); two with one label are an error (the
-    results are keyed by label)."""
-    out = [variant(one) for text in texts for one in text.split(";") if one.strip()]
-    labels = [v.label for v in out]
-    if twice := sorted({label for label in labels if labels.count(label) > 1}):
-        raise OverrideError(f"variant label(s) {', '.join(twice)} given twice: label each 'LABEL: ...'")
+    """The variants of `texts` (each one or more, `;`-separated); two with one label are an error."""
+    out = [variant(one) for one in each(texts)]
+    check_labels([v.label for v in out])
     return out
 
 
