@@ -120,6 +120,22 @@ class Launch:
         return sorted(p.name for p in self.logdir.glob(f"{PREFIX}_*.log"))
 
 
+def stage_env(folder: Path, **extra: str) -> dict[str, str]:
+    """The environment the launcher's config stage runs a published config in: `folder/data` (made here) as
+    DATADIR, logs under `folder`, no container, no disk-space floor, this Python; `extra` on top."""
+    (folder / "data").mkdir(exist_ok=True)
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(folder),
+        "DATADIR": str(folder / "data"),
+        "LOGDIR": str(folder / "logs"),
+        "LOGDIR_MB_PER_RUN": "0",
+        "CONTAINER_RUNTIME": "none",
+        "PYTHON": sys.executable,
+        **extra,
+    }
+
+
 def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

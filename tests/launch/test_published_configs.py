@@ -29,12 +29,11 @@ import dataclasses
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import REPO
+from tests.launch.helpers import REPO, stage_env
 from training.common import vendor_vars
 from training.common.preflight import load_config
 
@@ -87,16 +86,7 @@ def staged(tmp_path_factory) -> Path:
     """The launcher's config stage run on every published config, in one shell: for config i, its exit status
     (i.rc), output (i.out) and the environment it leaves for the trainer (i.env)."""
     out = tmp_path_factory.mktemp("staged")
-    (out / "data").mkdir()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(out),
-        "DATADIR": str(out / "data"),
-        "LOGDIR": str(out / "logs"),
-        "LOGDIR_MB_PER_RUN": "0",
-        "CONTAINER_RUNTIME": "none",
-        "PYTHON": sys.executable,
-    }
+    env = stage_env(out)
     configs = [str(DATA / entry["stored"]) for entry in MANIFEST]
     subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(out), *configs], env=env, check=True, timeout=300

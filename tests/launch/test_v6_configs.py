@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import REPO
+from tests.launch.helpers import REPO, stage_env
 from tests.launch.test_published_configs import STAGE, known, logged_by_us, same, trainer_config
 
 V6 = REPO / "tests" / "data" / "mlperf_results" / "v6.0"
@@ -60,17 +59,8 @@ NOT_COMPARED = {"train_samples", "eval_samples", "micro_batch_size", "tensor_par
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory):
     out = tmp_path_factory.mktemp("staged_v6")
-    (out / "data").mkdir()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(out),
-        "DATADIR": str(out / "data"),
-        "LOGDIR": str(out / "logs"),
-        "LOGDIR_MB_PER_RUN": "0",
-        "CONTAINER_RUNTIME": "none",
-        "PYTHON": sys.executable,
-        "MASTER_ADDR": "node0",  # AMD's multi-node configs need it before they are sourced
-    }
+    # MASTER_ADDR: AMD's multi-node configs need it before they are sourced
+    env = stage_env(out, MASTER_ADDR="node0")
     configs = [str(V6 / path) for _, path in PRIMUS]
     subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(out), *configs], env=env, check=True, timeout=300
@@ -221,17 +211,7 @@ def _stage_nemo(
     folder.mkdir()
     for name, content in {Path(config).name: (V6 / config).read_bytes(), **files}.items():
         (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    (tmp_path / "data").mkdir()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "DATADIR": str(tmp_path / "data"),
-        "LOGDIR": str(tmp_path / "logs"),
-        "LOGDIR_MB_PER_RUN": "0",
-        "CONTAINER_RUNTIME": "none",
-        "PYTHON": sys.executable,
-        "BENCHMARK": bench,
-    }
+    env = stage_env(tmp_path, BENCHMARK=bench)
     staged_config = str(folder / Path(config).name)
     subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(tmp_path), staged_config],
