@@ -45,40 +45,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training import benchmarks
+from training.common import outcome
 from training.common.config import env_names
 from training.common.console import METRICS
 from training.common.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # the variables that choose how a run computes, not what it computes (sizes, batch, schedule, data)
-MODE_VARIABLES = (
-    "PRECISION",
-    "FP8",
-    "FP8_BACKEND",
-    "FP8_RECIPE",
-    "FP8_CASTS",
-    "FP8_WEIGHTS",
-    "FP8_PARAM_GATHER",
-    "COMPILE",
-    "COMPILE_MODE",
-    "ATTENTION",
-    "ACTIVATION_CHECKPOINTING",
-    "ACL",
-    "AC_KEEP_ATTENTION",
-    "LORA_KERNEL",
-    "ADAMW_IMPL",
-    "RESIDUAL_DTYPE",
-    "FP8_ATTENTION",
-    "COMPILE_DIT",
-    "FP4",
-    "FP4_RECIPE",
-    "HEALING_ITER",
-    "HEALING_PRECISION",
-    "WARMUP_RECIPE",
-    "NVTE_MXFP4_USE_HADAMARD",
-    "NVTE_NVFP4_DISABLE_RHT",
-    "NVTE_NVFP4_DISABLE_2D_QUANTIZATION",
-    "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING",
+MODE_VARIABLES = tuple(
+    "PRECISION FP8 FP8_BACKEND FP8_RECIPE FP8_CASTS FP8_WEIGHTS FP8_PARAM_GATHER COMPILE COMPILE_MODE "
+    "ATTENTION ACTIVATION_CHECKPOINTING ACL AC_KEEP_ATTENTION LORA_KERNEL ADAMW_IMPL RESIDUAL_DTYPE "
+    "FP8_ATTENTION COMPILE_DIT FP4 FP4_RECIPE HEALING_ITER HEALING_PRECISION WARMUP_RECIPE "
+    "NVTE_MXFP4_USE_HADAMARD NVTE_NVFP4_DISABLE_RHT NVTE_NVFP4_DISABLE_2D_QUANTIZATION "
+    "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING".split()
 )
 # how a run may end and still count: it learned to the target, or short of it, or diverged
 LEARNING_OUTCOMES = ("converged", "not_converged", "diverged")
@@ -205,10 +184,9 @@ def run_one(
             [sys.executable, "-m", benchmark.entry], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT
         )
     seconds = time.perf_counter() - t0
-    stopped = out / f"{tag}.outcome.json"
-    status = json.loads(stopped.read_text()) if stopped.is_file() else {}
-    if status.get("status") not in (None, *LEARNING_OUTCOMES):
-        raise CheckError(f"{log}: the run stopped with {status['status']}: {status.get('detail', '')}"[:600])
+    stopped = outcome.read(log)
+    if stopped is not None and stopped.status not in LEARNING_OUTCOMES:
+        raise CheckError(f"{log}: the run stopped with {stopped.status}: {stopped.detail}"[:600])
     from training.scoring.runs import read_run
 
     run = read_run(log)
