@@ -76,25 +76,9 @@ def _bshd(b: int, s: int, h: int, d: int) -> tuple[tuple, tuple]:
 
 
 FWD_IN = ("q", "k", "v", "descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-BWD_IN = (
-    "q",
-    "k",
-    "v",
-    "o",
-    "dO",
-    "stats",
-    "descale_q",
-    "descale_k",
-    "descale_v",
-    "descale_o",
-    "descale_dO",
-    "descale_s",
-    "descale_dP",
-    "scale_s",
-    "scale_dQ",
-    "scale_dK",
-    "scale_dV",
-    "scale_dP",
+BWD_IN = tuple(
+    "q k v o dO stats descale_q descale_k descale_v descale_o descale_dO descale_s descale_dP scale_s "
+    "scale_dQ scale_dK scale_dV scale_dP".split()
 )
 
 
