@@ -9,8 +9,10 @@ plain (one sequence, the MLCommons rows) and packed (4 sequences of 3072, 2560, 
   output and of dQ, dK, dV against float32 attention, for FP8 and for bf16 SDPA (the peer), plain and packed.
 - Speed at 8192 tokens: forward, and forward + backward, median ms (CUDA events) of the model's own
   `attention` call per backend: `sdpa` (cuDNN's bf16 flash kernel on Hopper; FlashAttention-2's varlen kernel
-  for the packed row) against `cudnn_fp8` (its casts and, packed, its padding included). Useful FLOP count
+  for the packed row) against `cudnn_fp8` (its casts and, packed, its padding included; its scales from a
+  filled amax history), each eager and under torch.compile (which may fuse the casts). Useful FLOP count
   real (query, key) pairs only: 4 x pairs x heads x head_dim forward, 3 times that with the backward.
+- Where the time goes: the kernels of one eager forward + backward per backend (torch.profiler).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from perf.lib.timing import time_steps, versions
+from perf.lib.timing import print_profile, time_steps, versions
 from training.llama.attention import attention
 from training.llama.fp8_attention import (
     attention_error,
@@ -104,19 +106,28 @@ def main() -> int:
         q, k, v = inputs(SEQ, device, generator)
         grad = torch.randn_like(q)
         useful = 4 * pairs(lengths) * HEADS * DIM
-        for backend in ("sdpa", "cudnn_fp8"):
+        for backend, compiled in (("sdpa", False), ("cudnn_fp8", False), ("sdpa", True), ("cudnn_fp8", True)):
+            # FP8 attention in its steady state: scales from the amax history, which the warm-up fills
+            history = new_history(device) if backend == "cudnn_fp8" else None
+            call = torch.compile(attention) if compiled else attention
+            label = f"{backend} compiled" if compiled else backend
 
-            def forward(q=q, k=k, v=v, backend=backend, cu=cu):
+            def forward(q=q, k=k, v=v, backend=backend, cu=cu, call=call, history=history):
                 with torch.no_grad():
-                    attention(q, k, v, backend, cu_seqlens=cu)
+                    call(q, k, v, backend, cu_seqlens=cu, fp8_history=history)
 
-            def both(q=q, k=k, v=v, backend=backend, cu=cu, grad=grad):
-                attention(q, k, v, backend, cu_seqlens=cu).backward(grad)
+            def both(q=q, k=k, v=v, backend=backend, cu=cu, grad=grad, call=call, history=history):
+                call(q, k, v, backend, cu_seqlens=cu, fp8_history=history).backward(grad)
 
             for what, step, flop in (("forward", forward, useful), ("forward+backward", both, 3 * useful)):
-                times = time_steps(step, 3, 20, device)
+                name = f"{case} {what} {label}"
+                try:
+                    times = time_steps(step, 3, 20, device)
+                except Exception as err:  # noqa: BLE001 - a compile failure is a row too, not the end
+                    record["speed"][name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+                    print(f"{name}: failed: {record['speed'][name]['error']}", flush=True)
+                    continue
                 ms = statistics.median(times)
-                name = f"{case} {what} {backend}"
                 record["speed"][name] = {
                     "ms": ms,
                     "spread_ms": [min(times), max(times)],
@@ -125,6 +136,8 @@ def main() -> int:
                 }
                 rows.append((name, ms, flop / ms / 1e9))
                 print(f"{name}: {ms:.3f} ms, {flop / ms / 1e9:.0f} TFLOP/s", flush=True)
+            if case == "plain" and not compiled:  # where the time goes: the kernels and the casts around them
+                print_profile(both, steps=3, top=12, title=f"profile, plain forward+backward, {label}:")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "fp8_attention.json").write_text(json.dumps(record, indent=2) + "\n")
     dtype = record["gradient_dtype"]
@@ -134,7 +147,7 @@ def main() -> int:
     print("| case | ms | useful TFLOP/s | FP8 speed-up |\n|---|---|---|---|")
     for name, ms, rate in rows:
         peer = record["speed"].get(name.replace("cudnn_fp8", "sdpa"))
-        ratio = f"{peer['ms'] / ms:.2f}x" if name.endswith("cudnn_fp8") and peer else ""
+        ratio = f"{peer['ms'] / ms:.2f}x" if "cudnn_fp8" in name and "ms" in (peer or {}) else ""
         print(f"| {name} | {ms:.3f} | {rate:.0f} | {ratio} |")
     print("\n| accuracy (2048 tokens, relative to float32) | output | dq | dk | dv |\n|---|---|---|---|---|")
     for name, e in record["accuracy"].items():
