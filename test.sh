@@ -14,4 +14,5 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== pytest"
-python -m pytest "$@"
+# two workers, a test file each at a time (a file's tests share its fixtures); `-n 0` runs in this process
+python -m pytest -n 2 --dist loadfile "$@"

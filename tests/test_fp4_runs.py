@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.containers.small_default import CACHE, _tree_hash
+from tests.cache import REPO, cached, tree_hash
 
-REPO = Path(__file__).resolve().parents[1]
 LORA_CONFIG = REPO / "configs" / "llama2_70b_lora" / "config_CPU_1x1x1.sh"
 LLAMA_CONFIG = REPO / "configs" / "llama31_8b" / "config_CPU_1x1x1_8b.sh"
 LORA_SEQ, LORA_GBS, HEALING_ITER, LLAMA_VOCAB = 64, 2, 1, 512
@@ -67,29 +66,21 @@ AMD_8B = {
 
 def _prepared(name: str, command: list[str], benchmark: str) -> Path:
     """The output of a data preparation `command` (its --outputdir appended), cached by the preparation
-    code's hash and `name`."""
-    out = CACHE / f"{name}-{_tree_hash(REPO / 'input_preprocessing')}"
-    if (out / "ready").exists():
-        return out
-    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")  # one per process: pytest workers may race
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "BENCHMARK": benchmark, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [*command, "--outputdir", str(tmp)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (tmp / "ready").write_text("")
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first
-        subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    return out
+    code's hash and `name` (`tests.cache`)."""
+
+    def build(out: Path) -> None:
+        env = {**os.environ, "BENCHMARK": benchmark, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(
+            [*command, "--outputdir", str(out)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    return cached(f"{name}-{tree_hash(REPO / 'input_preprocessing')}", build)
 
 
 @pytest.fixture(scope="module")

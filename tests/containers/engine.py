@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.containers.small_default import CACHE, REPO
+from tests.cache import CACHE, REPO
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

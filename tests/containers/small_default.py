@@ -11,7 +11,6 @@ runs the full small default), and a full run takes minutes on 2 cores, which sev
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -19,10 +18,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cache import cached, tree_hash
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "configs" / "bert").glob("config_CPU_1x1x*.sh"))  # the small default, if shipped
 SAMPLE = REPO / "input_preprocessing" / "bert" / "sample"
-CACHE = Path(os.environ.get("MLPERF_TEST_CACHE", Path.home() / ".cache" / "mlperf-repro-tests"))
 
 # The shape of the shipped CPU config (1 node x 1 "GPU"), on tests/bert/synthetic.py's tiny model:
 # reaches its demo target at the first eval (80 samples), in about 15 s.
@@ -99,52 +99,40 @@ def config_values(config: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def _tree_hash(*roots: Path) -> str:
-    digest = hashlib.sha256()
-    for root in roots:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def prepared_data() -> Path:
     """The bundled Wikipedia excerpt through prepare_data.sh (as demo.sh does: rows of the shipped config's
-    MAX_SEQ_LENGTH), cached by its code's hash and that length."""
+    MAX_SEQ_LENGTH), cached by its code's hash and that length (`tests.cache`)."""
     values = config_values(SHIPPED[0]) if SHIPPED else {}
     seq_len, predictions = values.get("MAX_SEQ_LENGTH", "512"), values.get("MAX_PREDICTIONS_PER_SEQ", "76")
-    out = CACHE / f"bert_data-{_tree_hash(REPO / 'input_preprocessing')}-seq{seq_len}"
-    if (out / "manifest.json").exists():
-        return out
-    tmp = out.with_name(out.name + ".partial")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    subprocess.run(
-        [
-            str(REPO / "input_preprocessing" / "prepare_data.sh"),
-            "--outputdir",
-            str(tmp),
-            "--packed-data",
-            "--wiki-dump",
-            str(SAMPLE / "enwiki_sample.xml.bz2"),
-            "--vocab",
-            str(SAMPLE / "bert_uncased_vocab.txt"),
-            "--shards",
-            "8",
-            "--eval-samples",
-            "2000",
-            "--max-seq-length",
-            seq_len,
-            "--max-predictions-per-seq",
-            predictions,
-        ],
-        check=True,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-    )
-    tmp.rename(out)
-    return out
+
+    def build(out: Path) -> None:
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        subprocess.run(
+            [
+                str(REPO / "input_preprocessing" / "prepare_data.sh"),
+                "--outputdir",
+                str(out),
+                "--packed-data",
+                "--wiki-dump",
+                str(SAMPLE / "enwiki_sample.xml.bz2"),
+                "--vocab",
+                str(SAMPLE / "bert_uncased_vocab.txt"),
+                "--shards",
+                "8",
+                "--eval-samples",
+                "2000",
+                "--max-seq-length",
+                seq_len,
+                "--max-predictions-per-seq",
+                predictions,
+            ],
+            check=True,
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+        )
+
+    return cached(f"bert_data-{tree_hash(REPO / 'input_preprocessing')}-seq{seq_len}", build)
 
 
 def small_default(directory: Path) -> SmallDefault:

@@ -1,9 +1,9 @@
 """Shared fixtures: the CPU default's DATADIR as `prepare_data.sh --sample --seq-len 256` writes it.
 
 Preparing it pretrains the tiny base model (the most of a minute and a half on 2 cores), so it is made once
-per session and kept in the tests' cache (tests/containers/small_default.py's CACHE, as BERT's prepared data
-is) under the hash of the code that makes it: another checkout or session with the same code reuses it, a
-change to that code makes it anew. Tests read it and never write into it.
+and kept in the tests' cache (`tests.cache`, as BERT's prepared data is) under the hash of the code that
+makes it: another checkout, session or pytest worker with the same code reuses it, a change to that code
+makes it anew. Tests read it and never write into it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.containers.small_default import CACHE, REPO, _tree_hash
+from tests.cache import REPO, cached, tree_hash
 
 SEQ_LEN = 256  # the CPU default's MAX_SEQLEN (configs/llama2_70b_lora/config_CPU_1x1x1.sh)
 # what the sample and its base model are made by: the preparation and the Llama code it pretrains with
@@ -34,15 +34,10 @@ def prepare_sample(out: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def lora_demo_data() -> Path:
     """The CPU default's prepared data and base model (data/, model/), made by prepare_data.sh once."""
-    key = _tree_hash(*(REPO / m for m in MAKERS))
-    out = CACHE / f"lora_demo-{key}-torch{torch.__version__}-seq{SEQ_LEN}"
-    if out.is_dir():  # renamed into place whole, below
-        return out
-    tmp = out.with_name(out.name + f".partial{os.getpid()}")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    prep = prepare_sample(tmp)
-    assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-3000:]
-    if not out.exists():
-        tmp.rename(out)
-    return out
+
+    def build(out: Path) -> None:
+        prep = prepare_sample(out)
+        assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-3000:]
+
+    key = tree_hash(*(REPO / m for m in MAKERS))
+    return cached(f"lora_demo-{key}-torch{torch.__version__}-seq{SEQ_LEN}", build)

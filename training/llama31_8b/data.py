@@ -16,6 +16,8 @@ first evaluation, and kept in memory.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +38,21 @@ class _TokenIds:
         self.unique_identifiers = {"class": "pre-tokenized", "vocab_size": vocab_size}
 
 
+@contextlib.contextmanager
+def _locked(cache_dir: Path):
+    """The index cache held by rank 0 (megatron-core's builder: it builds, the other ranks wait at a barrier,
+    then read) while it builds or reads it: megatron-core writes its files in place, and two jobs on one node
+    (two launchers, two tests) with the same data and seed build the same files. Where the file system
+    refuses locks, nothing is held."""
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        yield
+        return
+    with open(cache_dir / ".lock", "w") as lock:
+        with contextlib.suppress(OSError):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_train_dataset(
     prefix: Path, seq_length: int, num_samples: int, seed: int, cache_dir: Path, vocab_size: int
 ):
@@ -46,7 +63,7 @@ def build_train_dataset(
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"INDEX_CACHE_DIR {cache_dir} is not writable ({err})") from None
-    with quiet_megatron():
+    with _locked(cache_dir), quiet_megatron():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
