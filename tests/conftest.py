@@ -1,6 +1,8 @@
-"""Every test: under pytest-xdist (`./test.sh` runs two workers), each worker gets a temporary folder of its
-own as TMPDIR, so that what the code keeps under the system's temporary folder by default (the 8B's data
-index cache) is never shared by two tests running at once."""
+"""Every test. Under pytest-xdist (`./test.sh` runs two workers, a test file each at a time):
+- each worker gets a temporary folder of its own as TMPDIR, so that what the code keeps under the system's
+  temporary folder by default (the 8B's data index cache) is never shared by two tests running at once;
+- the files holding a `slow` test are handed out first, so that the longest ones do not end the session
+  with one worker busy and the other idle."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         config._worker_tmp = tempfile.mkdtemp(prefix=f"pytest-{worker}-")
+        os.chmod(config._worker_tmp, 0o1777)  # as /tmp: tests that run a command as another user write here
         os.environ["TMPDIR"] = config._worker_tmp
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
@@ -20,3 +23,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if getattr(config, "_worker_tmp", None):
         shutil.rmtree(config._worker_tmp, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file's tests keep their order
