@@ -14,5 +14,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== pytest"
-# two workers, a test file each at a time (a file's tests share its fixtures); `-n 0` runs in this process
-python -m pytest -n 2 --dist loadfile "$@"
+# two workers, a test file each at a time (a file's tests share its fixtures), in the order tests/conftest.py
+# gives (the files with slow tests first); `-n 0` runs in this process
+python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -1,8 +1,9 @@
 """Every test. Under pytest-xdist (`./test.sh` runs two workers, a test file each at a time):
 - each worker gets a temporary folder of its own as TMPDIR, so that what the code keeps under the system's
   temporary folder by default (the 8B's data index cache) is never shared by two tests running at once;
-- the files holding a `slow` test are handed out first, so that the longest ones do not end the session
-  with one worker busy and the other idle."""
+- the files holding a `slow` test are handed out first (test.sh keeps this order: `--no-loadscope-reorder`,
+  where xdist would hand out the files with the most tests first), so that the longest ones do not end the
+  session with one worker busy and the other idle."""
 
 from __future__ import annotations
 
