@@ -18,6 +18,7 @@ import argparse
 import collections
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -70,7 +71,9 @@ def watch(model, device):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default=CONFIG, help=f"the config whose mode is shown (default {CONFIG})")
+    ap.add_argument(
+        "--config", type=Path, default=Path(CONFIG), help=f"the config whose mode is shown (default {CONFIG})"
+    )
     ap.add_argument("--set", default="", metavar="'NAME=VALUE ...'", help="overrides on top of the config")
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--seq", type=int, default=8192)

@@ -56,7 +56,7 @@ if [[ " ${stages} " == *" runner "* ]]; then
       echo "DGXSYSTEM=\$(basename \"\${CONFIG_FILE}\" .sh)"
       echo "export CONFIG_FILE DGXSYSTEM=\${DGXSYSTEM#config_}"
       echo "export PRECISION=${precision} INIT_CHECKPOINT=none CPU_DEMO=1"
-      echo "export SKIP_EVALS=1 VAL_CHECK_INTERVAL=32 MAX_STEPS=12 WARMUP_TRAIN_STEPS=2 COMPILE=1 LOG_FREQ=1"
+      echo "export SKIP_EVALS=1 VAL_CHECK_INTERVAL=32 MAX_STEPS=12 WARMUP_TRAIN_STEPS=2 LOG_FREQ=1"
       (( gpus >= 8 )) || [[ ${precision} == fp8 || ${system} != H200 ]] || echo "export ACL=64  # BF16 on 4 x H200"
       [[ -z ${OVERRIDES:-} ]] || echo "export ${OVERRIDES}"
     } > "${config}"
