@@ -1,6 +1,9 @@
 """Every test. Under pytest-xdist (`./test.sh` runs two workers, a test file each at a time):
 - each worker gets a temporary folder of its own as TMPDIR, so that what the code keeps under the system's
   temporary folder by default (the 8B's data index cache) is never shared by two tests running at once;
+- each worker and what it starts compute on one thread (OMP_NUM_THREADS=1): the workers already keep the
+  cores busy, and two OpenMP threads of these tiny shapes on a core another process wants run many times
+  slower than one;
 - the files holding a `slow` test are handed out first (test.sh keeps this order: `--no-loadscope-reorder`,
   where xdist would hand out the files with the most tests first), so that the longest ones do not end the
   session with one worker busy and the other idle."""
@@ -19,6 +22,10 @@ def pytest_configure(config):
         os.chmod(config._worker_tmp, 0o1777)  # as /tmp: tests that run a command as another user write here
         os.environ["TMPDIR"] = config._worker_tmp
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_unconfigure(config):
