@@ -81,7 +81,7 @@ def main() -> int:
     args = ap.parse_args()
     device = torch.device("cpu" if args.tiny else "cuda")
     try:
-        kept = {**overrides.parse(overrides.split(args.set)[1]), "ACTIVATION_CHECKPOINTING": "0"}  # all kept
+        kept = {**overrides.parse(overrides.split(args.set)[1]), "ACTIVATION_CHECKPOINTING": "1", "ACL": "0"}
         if args.tiny:
             kept = {**kept, "PRECISION": "bf16", "COMPILE": "0"}
         start = overrides.base("llama2_70b_lora", None if args.tiny else args.config, BENCH_VALUES)
