@@ -223,3 +223,15 @@ def test_a_variants_settings_reach_its_run():
     )
     recomputed = [m.recompute for m in model.modules() if type(m).__name__ == "Checkpointed"]
     assert recomputed[0] and not any(recomputed[1:]) and len(recomputed) > 1  # ACL=1: the first block only
+
+
+def test_kept_block_lists_what_a_block_saves(monkeypatch, capsys):
+    """perf/kept_block.py --tiny: block 1's saved tensors, parameters left out, its input among them (the
+    tiny model's rows are 64 tokens of width 64)."""
+    from perf import kept_block
+
+    monkeypatch.setattr(sys, "argv", ["kept_block", "--tiny"])
+    assert kept_block.main() == 0
+    out = capsys.readouterr().out
+    table = out.split("block 1: what its forward saved for the backward (parameters left out)")[1]
+    assert "| [1, 64, 64] | bfloat16 |" in table and "block 1: saved" in table
