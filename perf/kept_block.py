@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from perf.bench_lora import BENCH_VALUES
 from perf.lib import overrides, shapes
 from perf.lib.rows import LoraRows
 from training.llama.build import build_run
@@ -32,6 +31,8 @@ from training.llama.step import train_step
 from training.llama2_70b_lora.config import LoraConfig
 
 CONFIG = "configs/llama2_70b_lora/config_H200_1x1x8.sh"
+# what it sets of the settings it does not read (no data, a random base, one row a step), as bench_lora
+BENCH_VALUES = {"DATADIR": "/nonexistent", "INIT_CHECKPOINT": "none", "MINIBS": "1", "MBS": "1"}
 
 
 def watch(model, device):

@@ -1,6 +1,8 @@
 """Every test. Under pytest-xdist (`./test.sh` runs two workers, a test file each at a time):
 - each worker gets a temporary folder of its own as TMPDIR, so that what the code keeps under the system's
   temporary folder by default (the 8B's data index cache) is never shared by two tests running at once;
+  torch.compile's cache stays where it was (made for processes sharing it), so that a graph compiled once
+  is compiled once;
 - each worker and what it starts compute on one thread (OMP_NUM_THREADS=1): the workers already keep the
   cores busy, and two OpenMP threads of these tiny shapes on a core another process wants run many times
   slower than one;
@@ -10,14 +12,18 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 
 def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
+        default = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"  # Inductor's own default
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default))
         config._worker_tmp = tempfile.mkdtemp(prefix=f"pytest-{worker}-")
         os.chmod(config._worker_tmp, 0o1777)  # as /tmp: tests that run a command as another user write here
         os.environ["TMPDIR"] = config._worker_tmp
