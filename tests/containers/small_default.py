@@ -54,6 +54,9 @@ def quick_schedule(config: Path, steps: int = 80) -> dict[str, str]:
         "MAX_SAMPLES_TERMINATION": str(2 * steps * gbs),
         "TARGET_MLM_ACCURACY": "0.02",
         "NUM_EVAL_EXAMPLES": "200",
+        # one thread a run, also inside a container (which does not see the tests' environment): the tests run
+        # in parallel workers, and two OpenMP threads on a core another process wants run many times slower
+        "OMP_NUM_THREADS": "1",
     }
 
 
