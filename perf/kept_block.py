@@ -39,7 +39,6 @@ def watch(model, device):
     """(per-block saved storages {ptr: (shape, dtype, bytes)}, per-block allocator growth, hooks context)."""
     saved = collections.defaultdict(dict)
     growth, current = {}, [None]
-    layers = list(model.layers.values() if hasattr(model.layers, "values") else model.layers)
 
     def pre(i):
         def hook(module, args):
@@ -57,7 +56,7 @@ def watch(model, device):
 
         return hook
 
-    for i, layer in enumerate(layers):
+    for i, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(pre(i))
         layer.register_forward_hook(post(i))
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.launch.helpers import stage_env
 from tests.launch.test_published_configs import trainer_config
 from training.common import vendor_vars
 
@@ -177,17 +178,7 @@ def configs_named(word: str) -> list[Path]:
 
 def staged(config: Path, tmp: Path, extra: dict[str, str] | None = None) -> tuple[str, dict[str, str], str]:
     """(benchmark, the environment the trainer gets, the launcher's words) after the config stage."""
-    (tmp / "data").mkdir(exist_ok=True)
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(tmp),
-        "DATADIR": str(tmp / "data"),
-        "LOGDIR": str(tmp / "logs"),
-        "LOGDIR_MB_PER_RUN": "0",
-        "CONTAINER_RUNTIME": "none",
-        "PYTHON": sys.executable,
-        **(extra or {}),
-    }
+    env = stage_env(tmp, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", **(extra or {}))
     done = subprocess.run(
         ["bash", "-c", STAGE, "stage", str(REPO), str(config)], env=env, capture_output=True, timeout=120
     )

@@ -76,6 +76,30 @@ def test_training_samples_are_shuffled_by_the_seed(tmp_path, demo_data):
     assert sample["tokens"].shape == (64,) and sample["labels"][:-1].tolist() == sample["tokens"][1:].tolist()
 
 
+def test_the_index_cache_is_built_by_one_job_at_a_time(tmp_path, demo_data):
+    """While another job holds the cache folder's lock, a build waits; it goes on once the lock is let go."""
+    import fcntl
+    import threading
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    built = threading.Event()
+    prefix = demo_data / "wiki-train_text_document"
+
+    def build():
+        data.build_train_dataset(prefix, 64, 200, seed=1, cache_dir=cache, vocab_size=4096)
+        built.set()
+
+    with open(cache / ".lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        worker = threading.Thread(target=build)
+        worker.start()
+        assert not built.wait(1.0)  # held: the build has not begun
+        assert not any(cache.glob("*.npy"))
+    worker.join(60)
+    assert built.is_set() and any(cache.glob("*shuffle_index.npy"))
+
+
 def test_each_step_reads_its_global_batch_once_across_ranks():
     dp, gbs, mbs, steps = 4, 16, 2, 3
     seen = []
