@@ -1,15 +1,17 @@
 """Attention kernels on one GPU, forward + backward, for the two shapes our trainers run.
 
-    python -m perf.attention [bert] [llama] [lora] [mistral]
+    python -m perf.attention [bert] [bert-plans] [llama] [lora] [mistral]
 
 bert: 48 packed rows x 512 tokens, 16 heads of 64, rows of 1-3 sequences (2 on average) as in
 bench_bert.py, BERT's attention dropout 0.1. Each way to keep sequences apart: SDPA with a block-diagonal
-bool mask under each backend that accepts it, cuDNN's ragged kernel (ATen's `_cudnn_attention_forward` /
-`_backward` over the flattened rows, with dropout), flex attention with a document mask, PyTorch's
-`varlen_attn` (neither has dropout), and ATen's flash and memory-efficient varlen kernels with and without
-dropout (`_flash_attention_forward`: what ATTENTION=torch_flash runs). Checked: each kernel against fp32 math
+bool mask under each backend that accepts it, cuDNN's ragged kernel over the flattened rows with dropout
+(ATTENTION=cudnn_ragged: `training.bert.cudnn_attention`, q, k, v read from the fused projection's output),
+flex attention with a document mask, PyTorch's `varlen_attn` (neither has dropout), and ATen's flash and
+memory-efficient varlen kernels with and without dropout (`_flash_attention_forward`: what
+ATTENTION=torch_flash runs). Checked: each kernel against fp32 math
 without dropout, and for the kernels with dropout that the backward drops what the forward dropped
 (<out, g> = <v, dv>, since out = P v for the dropped probabilities P).
+bert-plans: cudnn_ragged's forward and backward under each plan cuDNN offers (`bert_plans`).
 llama: one 8192-token causal sequence, 32 query heads and 8 key/value heads of 128 (Llama 3.1 8B), under
 SDPA's default choice, each backend forced, cuDNN with the key/value heads expanded, and FlashAttention-4
 (`flash-attn-4`, our backend `flash4`) where it runs. lora: the same with Llama 2 70B's 64 / 8 heads.
@@ -30,18 +32,7 @@ from perf.lib.bert_rows import ROWS, SEQ, packed_rows
 from perf.lib.timing import table, timed
 from training.bert import data
 from training.bert.attention import block_diagonal_mask
-
-
-def ragged(flat, grad, cu, p):
-    """cuDNN's ragged (THD) attention, forward then backward with the forward's philox seed and offset."""
-    q, k, v = (t.detach() for t in flat)
-    out, lse, *_, seed, offset, _ = torch.ops.aten._cudnn_attention_forward(
-        q, k, v, None, cu, cu, SEQ, SEQ, True, p, False, False
-    )
-    grads = torch.ops.aten._cudnn_attention_backward(
-        grad, q, k, v, out, lse, seed, offset, None, cu, cu, SEQ, SEQ, p, False
-    )
-    return (out, *grads)
+from training.bert.cudnn_attention import cudnn_ragged_fault, ragged_attention
 
 
 def bert() -> None:
@@ -79,14 +70,16 @@ def bert() -> None:
 
     flat = [t.detach().transpose(1, 2).reshape(ROWS * SEQ, heads, dim).requires_grad_() for t in (q, k, v)]
     gflat = grad.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)
-    for p in (0.1, 0.0):
-        for name, cu in (("", b.cu_seqlens), (", cu padded", padded_cu)):
-            timed(
-                results,
-                f"cudnn ragged dropout {p}{name}",
-                lambda p=p, cu=cu: ragged(flat, gflat, cu, p),
-                useful,
-            )
+    fused = torch.stack([t.detach() for t in flat], dim=1).requires_grad_()  # the projection's (T, 3, h, d)
+    fault = cudnn_ragged_fault()
+    print(f"cudnn_ragged's own check: {fault or 'passed'}")
+    for p in (0.1, 0.0) if fault is None else ():
+        timed(
+            results,
+            f"cudnn ragged (cudnn_ragged) dropout {p}",
+            step_of(lambda p=p: ragged_attention(fused, padded_cu, SEQ, p), gflat),
+            useful,
+        )
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     ids = b.seq_ids.int()
@@ -143,10 +136,10 @@ def bert() -> None:
                 f"sdpa {backend.name} vs fp32 math, no dropout: relative error "
                 f"{rel(out.transpose(1, 2).reshape(ROWS * SEQ, heads, dim)):.2e}"
             )
-        for name, cu in (("", b.cu_seqlens), (" (cu padded)", padded_cu)):
+        if fault is None:
             print(
-                f"cudnn ragged{name} vs fp32 math, no dropout: relative error "
-                f"{rel(ragged(flat, gflat, cu, 0.0)[0]):.2e}"
+                f"cudnn ragged vs fp32 math, no dropout: relative error "
+                f"{rel(ragged_attention(fused, padded_cu, SEQ, 0.0)):.2e}"
             )
         print(f"aten flash varlen vs fp32 math, no dropout: relative error {rel(flash_varlen(0.0)):.2e}")
         print(f"aten efficient varlen vs fp32 math: relative error {rel(efficient_varlen(0.0)):.2e}")
@@ -161,15 +154,58 @@ def bert() -> None:
             f"aten {name} varlen, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
             f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
         )
-    out, dq, dk, dv = ragged(flat, gflat, padded_cu, 0.1)
-    lhs, rhs = float((out.float() * gflat.float()).sum()), float((flat[2].float() * dv.float()).sum())
-    print(
-        f"cudnn ragged, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
-        f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
-    )
+    if fault is None:
+        fused.grad = None
+        out = ragged_attention(fused, padded_cu, SEQ, 0.1)
+        out.backward(gflat)
+        lhs = float((out.detach().float() * gflat.float()).sum())
+        rhs = float((fused[:, 2].detach().float() * fused.grad[:, 2].float()).sum())
+        print(
+            f"cudnn ragged, dropout 0.1: <out,g> {lhs:.4e} vs <v,dv> {rhs:.4e} "
+            f"(relative {abs(lhs - rhs) / abs(rhs):.1e})"
+        )
     table(
         f"BERT per layer, fwd+bwd, {ROWS}x{SEQ} tokens, {len(lens)} sequences; x24 layers per step", results
     )
+
+
+def bert_plans() -> None:
+    """cudnn_ragged's forward and backward under each execution plan cuDNN offers for them (the op runs the
+    first that builds): the whole forward + backward timed with one graph's plan pinned at a time, the other
+    graph's as built."""
+    from training.bert import cudnn_attention
+
+    heads, dim, dev = 16, 64, torch.device("cuda")
+    rows = packed_rows(np.random.default_rng(0), ROWS, 30522)
+    cu = data.pad_static(data.collate(rows, SEQ), ROWS).cu_seqlens.to(dev)
+    lens = [int(n) for r in rows for n in r[4]]
+    useful = 3 * 4 * heads * dim * sum(n * n for n in lens)
+    fused = torch.randn(ROWS * SEQ, 3, heads, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(ROWS * SEQ, heads, dim, device=dev, dtype=torch.bfloat16)
+
+    def step():
+        fused.grad = None
+        ragged_attention(fused, cu, SEQ, 0.1).backward(grad)
+
+    step()
+    results = []
+    timed(results, "as built (each graph's first plan that builds)", step, useful)
+    segments = cu.numel() - 1 + (-(cu.numel() - 1) % cudnn_attention.SEGMENTS_ROUND)
+    built = cudnn_attention._graphs(segments, SEQ, heads, dim, ROWS * SEQ, 0.1, dev.index or 0)
+    for which, (graph, _) in zip(("forward", "backward"), built):
+        first = None  # the plan the op runs: the first that builds
+        for index in range(graph.get_execution_plan_count()):
+            name = graph.get_plan_name_at_index(index)
+            try:
+                graph.select_plan(index).build_plans()
+            except Exception as err:  # noqa: BLE001 - a plan that does not build is a row too
+                results.append((f"{which} plan {index} {name}", float("nan"), f"not built: {str(err)[:80]}"))
+                continue
+            first = index if first is None else first
+            timed(results, f"{which} plan {index} {name}", step, useful)
+        if first is not None:
+            graph.select_plan(first).build_plans()
+    table(f"cudnn_ragged per layer, fwd+bwd, {ROWS}x{SEQ} tokens, dropout 0.1, by cuDNN plan", results)
 
 
 def llama(heads: int = 32, kv: int = 8, name: str = "Llama 3.1 8B") -> None:
@@ -341,7 +377,7 @@ def mistral() -> None:
 def main() -> int:
     parts = sys.argv[1:] or ["bert", "llama"]
     for part in parts:
-        {"bert": bert, "llama": llama, "lora": lora, "mistral": mistral}[part]()
+        {"bert": bert, "bert-plans": bert_plans, "llama": llama, "lora": lora, "mistral": mistral}[part]()
     return 0
 
 

@@ -150,21 +150,70 @@ def test_torch_flash_is_refused_by_name_where_it_cannot_run():
     assert attention.choose_attention("auto") in ("sdpa", "sdpa_cudnn", "flash_attn")
 
 
-@pytest.mark.skipif(
-    attention.torch_flash_fault() is not None, reason="PyTorch's varlen flash kernel needs CUDA"
-)
-def test_torch_flash_matches_the_masked_sdpa_and_drops_the_same_in_backward(seqs):
+def _fault(impl: str) -> str | None:
+    if impl == "torch_flash":
+        return attention.torch_flash_fault()
+    from training.bert.cudnn_attention import cudnn_ragged_fault
+
+    return cudnn_ragged_fault()
+
+
+@pytest.mark.parametrize("impl", ["torch_flash", "cudnn_ragged"])
+def test_varlen_kernels_match_the_masked_sdpa_and_drop_the_same_in_backward(seqs, impl):
+    if fault := _fault(impl):
+        pytest.skip(f"{impl}: {fault}")
     b = collate([packed_row(seqs), packed_row(seqs[1:])], 512).to("cuda")
-    q, k, v = (
-        torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
-    )
+    qkv = torch.randn(2, 512, 3, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     real = b.seq_ids > 0
-    ref = packed_attention("sdpa", q.float(), k.float(), v.float(), b)[real]
-    out = packed_attention("torch_flash", q, k, v, b)[real]
+    ref = packed_attention("sdpa", qkv.float(), b)[real]
+    out = packed_attention(impl, qkv, b)[real]
+    # bf16 inputs and output: a few roundings of 2^-8 relative each
     assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
     # With dropout, out = P_dropped v, so <out, g> = <v, dv> if the backward drops what the forward did.
-    g = torch.randn_like(q)
-    out = packed_attention("torch_flash", q, k, v, b, dropout_p=0.1)
+    g = torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16)
+    out = packed_attention(impl, qkv, b, dropout_p=0.1)
     out.backward(g)
-    lhs, rhs = float((out.detach().float() * g.float()).sum()), float((v.float() * v.grad.float()).sum())
+    v, dv = qkv[:, :, 2].detach(), qkv.grad[:, :, 2]
+    lhs, rhs = float((out.detach().float() * g.float()).sum()), float((v.float() * dv.float()).sum())
     assert abs(lhs - rhs) < 1e-2 * abs(rhs)
+
+
+def test_cudnn_ragged_is_refused_by_name_where_it_cannot_run():
+    if _fault("cudnn_ragged") is None:
+        pytest.skip("cuDNN's ragged attention runs here")
+    with pytest.raises(ValueError, match="ATTENTION=cudnn_ragged"):
+        attention.choose_attention("cudnn_ragged")
+
+
+def test_cudnn_ragged_draws_new_dropout_at_each_cuda_graph_replay_and_its_backward_drops_the_same():
+    if fault := _fault("cudnn_ragged"):
+        pytest.skip(f"cudnn_ragged: {fault}")
+    from training.bert.cudnn_attention import ragged_attention
+
+    cu = torch.tensor([0, 300, 512, 700, 1024, 1024, 1024], dtype=torch.int32, device="cuda")
+    qkv = torch.randn(1024, 3, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(1024, 4, 64, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        qkv.grad = None
+        out = ragged_attention(qkv, cu, 512, 0.5)
+        out.backward(g)
+        return out
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # builds the graphs and warms up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    seen = []
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        lhs = float((out.float() * g.float()).sum())
+        rhs = float((qkv[:, 2].detach().float() * qkv.grad[:, 2].float()).sum())
+        assert abs(lhs - rhs) < 1e-2 * abs(rhs)  # bf16 outputs: sums of values rounded to 2^-8
+        seen.append(out.clone())
+    assert not torch.equal(seen[0], seen[1])  # a new dropout mask at each replay

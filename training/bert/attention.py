@@ -11,6 +11,9 @@ Implementations (chosen once at start by `choose_attention`):
   `_flash_attention_forward` with `cu_seqlens`, CUDA), the same work as flash-attn's: attention within each
   sequence only, with dropout. 1.32 vs 1.56 ms per layer for cuDNN's masked kernel on an H100
   (`python -m perf.attention bert`). PyTorch's public `varlen_attn` wraps it without dropout.
+- `cudnn_ragged`: cuDNN's flash attention over the same flattened rows (its ragged layout), with dropout,
+  through nvidia-cudnn-frontend (`training.bert.cudnn_attention`), reading q, k, v in place from the fused
+  projection's output.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from training.bert.cudnn_attention import cudnn_ragged_fault, ragged_attention
 from training.common.backends import OPTIONAL, importable
 
-IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
+IMPLS = ("sdpa", "sdpa_cudnn", "flash_attn", "torch_flash", "cudnn_ragged")
 _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -33,9 +37,13 @@ def block_diagonal_mask(seq_ids: torch.Tensor) -> torch.Tensor:
     return seq_ids[:, None, :, None] == seq_ids[:, None, None, :]
 
 
-def packed_attention(impl: str, q, k, v, b, dropout_p: float = 0.0) -> torch.Tensor:
-    """q, k, v: [B, L, heads, head_dim] -> context [B, L, heads, head_dim]."""
-    B, L, heads, dim = q.shape
+def packed_attention(impl: str, qkv: torch.Tensor, b, dropout_p: float = 0.0) -> torch.Tensor:
+    """qkv: [B, L, 3, heads, head_dim] (the fused projection's output) -> context [B, L, heads, head_dim]."""
+    B, L, _, heads, dim = qkv.shape
+    if impl == "cudnn_ragged":
+        out = ragged_attention(qkv.reshape(B * L, 3, heads, dim), b.cu_seqlens, L, dropout_p)
+        return out.view(B, L, heads, dim)
+    q, k, v = qkv.unbind(2)
     if impl in ("sdpa", "sdpa_cudnn"):
         with sdpa_kernel(_CUDNN_FIRST, set_priority=True) if impl == "sdpa_cudnn" else nullcontext():
             out = F.scaled_dot_product_attention(
@@ -76,10 +84,15 @@ def torch_flash_fault() -> str | None:
 
 
 def choose_attention(requested: str) -> str:
-    """`auto`: flash-attn's varlen kernel on a GPU that has it, else PyTorch's own (`torch_flash`) on
-    NVIDIA GPUs where it runs, else PyTorch SDPA with a block mask, preferring cuDNN's kernel on NVIDIA."""
+    """`auto`: cuDNN's ragged kernel (`cudnn_ragged`) on NVIDIA GPUs where it passes its check (Hopper and
+    newer, with nvidia-cudnn-frontend), else flash-attn's varlen kernel on a GPU that has it, else PyTorch's
+    own (`torch_flash`) on NVIDIA GPUs where it runs, else PyTorch SDPA with a block mask, preferring cuDNN's
+    kernel on NVIDIA."""
     gpu = torch.cuda.is_available()
+    device = torch.cuda.current_device() if gpu else 0
     if requested == "auto":
+        if gpu and torch.version.cuda and cudnn_ragged_fault(device) is None:
+            return "cudnn_ragged"
         if gpu and importable(OPTIONAL["flash_attn"]):
             return "flash_attn"
         if gpu and torch.version.cuda:
@@ -89,4 +102,6 @@ def choose_attention(requested: str) -> str:
         raise ValueError("ATTENTION=flash_attn but flash-attn is not importable on a GPU here")
     if requested == "torch_flash" and (fault := torch_flash_fault()):
         raise ValueError(f"ATTENTION=torch_flash: {fault}")
+    if requested == "cudnn_ragged" and (fault := cudnn_ragged_fault(device)):
+        raise ValueError(f"ATTENTION=cudnn_ragged: {fault}")
     return requested

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 BENCHMARK = benchmarks.BENCHMARKS["bert"]
 OFFICIAL_TARGET = BENCHMARK.target
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
-ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash")
+ATTENTION_CHOICES = ("auto", "sdpa", "sdpa_cudnn", "flash_attn", "torch_flash", "cudnn_ragged")
 RESIDUAL_DTYPES = ("fp32", "bf16")
 
 
@@ -70,7 +70,7 @@ class BertConfig(RunSettings):
     )
     train_dir: Path | None = var("TRAIN_DIR", None, help="DATADIR/hdf5/packed_data, else DATADIR/packed_data")
     eval_dir: Path | None = var("EVAL_DIR", None, help="default DATADIR/hdf5/eval_varlength")
-    attention: str = var("ATTENTION", "auto", help="auto | sdpa | sdpa_cudnn | flash_attn | torch_flash")
+    attention: str = var("ATTENTION", "auto", help=" | ".join(ATTENTION_CHOICES))
     residual_dtype: str = var(
         "RESIDUAL_DTYPE",
         "fp32",

@@ -129,9 +129,9 @@ class Layer(nn.Module):
 
     def forward(self, x: torch.Tensor, b: Batch) -> torch.Tensor:
         B, L, H = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.heads, self.head_dim).unbind(2)
+        qkv = self.qkv(x).view(B, L, 3, self.heads, self.head_dim)
         ctx = attention.packed_attention(
-            self.attn_impl, q, k, v, b, dropout_p=self.attn_dropout if self.training else 0.0
+            self.attn_impl, qkv, b, dropout_p=self.attn_dropout if self.training else 0.0
         )
         x = self.attn_norm(x + self.dropout(self.attn_out(ctx.reshape(B, L, H))))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))

@@ -42,6 +42,7 @@ import functools
 
 import torch
 
+from training.common import cudnn_graphs
 from training.common.backends import importable
 from training.fp8.casts import E4M3_MAX, amax_of, cast, scale_of
 
@@ -53,21 +54,6 @@ GRADIENTS = ("dP", "dQ", "dK", "dV")  # the rows of a history: the backward's qu
 def new_history(device) -> torch.Tensor:
     """An empty amax history (no backward yet: the bounds set the first scales)."""
     return torch.zeros(len(GRADIENTS), AMAX_HISTORY, device=device)
-
-
-def _cudnn():
-    import cudnn
-
-    return cudnn
-
-
-@functools.cache
-def _handle(device_index: int):
-    return _cudnn().create_handle()
-
-
-def _scalar(graph, name: str):
-    return graph.tensor(name=name, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=_cudnn().data_type.FLOAT)
 
 
 def _bshd(b: int, s: int, h: int, d: int) -> tuple[tuple, tuple]:
@@ -86,12 +72,12 @@ BWD_IN = tuple(
 def _graphs(b: int, s: int, hq: int, hk: int, d: int, grad_dtype: torch.dtype, device_index: int):
     """The forward and backward graphs of one shape (built and planned once), each with its {name: tensor}: O
     in e4m3 (Hopper's FP8 forward writes FP8 only), the gradients in `grad_dtype`."""
-    cudnn = _cudnn()
+    cudnn = cudnn_graphs.cudnn()
     fp8, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
     gtype = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF}.get(
         grad_dtype, fp8
     )
-    handle = _handle(device_index)
+    handle = cudnn_graphs.handle(device_index)
     built = []
     for backward in (False, True):
         g = cudnn.pygraph(io_data_type=fp8, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
@@ -100,7 +86,7 @@ def _graphs(b: int, s: int, hq: int, hk: int, d: int, grad_dtype: torch.dtype, d
             dim, stride = _bshd(b, s, heads, d)
             t[name] = g.tensor(name=name, dim=dim, stride=stride, data_type=fp8)
         names = BWD_IN[6:] if backward else FWD_IN[3:]
-        t.update({n: _scalar(g, n) for n in names})
+        t.update({n: cudnn_graphs.scalar(g, n) for n in names})
         dim, stride = _bshd(b, s, hq, d)
         if not backward:
             o, stats, amax_s, amax_o = g.sdpa_fp8(
@@ -124,21 +110,9 @@ def _graphs(b: int, s: int, hq: int, hk: int, d: int, grad_dtype: torch.dtype, d
         for name, a in outs.items():
             if name.startswith("amax"):
                 a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans()
+        cudnn_graphs.plan(g)
         built.append((g, {**t, **outs}))
     return built
-
-
-def _run(graph, tensors: dict, data: dict, device: torch.device) -> None:
-    cudnn = _cudnn()
-    handle = _handle(device.index or 0)
-    cudnn.set_stream(handle, torch.cuda.current_stream(device).cuda_stream)
-    workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device=device)
-    graph.execute({tensors[n]: x for n, x in data.items()}, workspace, handle=handle)
 
 
 def _quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,7 +144,7 @@ def fp8_fwd(
     stats = torch.empty(b, hq, s, 1, dtype=torch.float32, device=q.device)
     scratch = [torch.empty(1, 1, 1, 1, device=q.device) for _ in range(2)]
     one = _one(q.device)
-    _run(
+    cudnn_graphs.execute(
         graph,
         tensors,
         {
@@ -266,7 +240,7 @@ def fp8_bwd(
     }
     amaxes = torch.zeros(4, device=q8.device)  # the backward's order: dQ, dK, dV, dP
     data.update({f"amax{i}": amaxes[i : i + 1].view(1, 1, 1, 1) for i in range(4)})
-    _run(graph, tensors, data, q8.device)
+    cudnn_graphs.execute(graph, tensors, data, q8.device)
     latest = amaxes[[3, 0, 1, 2]] if fp8_grads else torch.cat([amaxes[3:], seen[1:]])
     history.copy_(torch.cat([latest[:, None], history[:, :-1]], dim=1))
     if not fp8_grads:
