@@ -11,7 +11,8 @@ Two things differ from PyTorch's `checkpoint_wrapper`:
   (`recompute_every_block`, which `training.fp8.calibrate` enters).
 
 The wrapper is also where compile meets a recomputed block (`compile_inside`): the block's parts compiled
-inside the eager checkpoint, not the checkpoint compiled with the block.
+inside the eager checkpoint, not the checkpoint compiled with the block; and an offloaded block, whose
+saved-tensor hooks stay outside its compiled parts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from training.llama.offload import HostOffload
+
 
 class Checkpointed(nn.Module):
     """A transformer block in the model's layers, recomputed in the backward when `recompute` is set (and
@@ -31,20 +34,34 @@ class Checkpointed(nn.Module):
     max_seqlen)` and `after_attention(x, out)`. With `keep_attention` the recompute runs in two halves
     around the kernel, whose output stays from the forward (one attention forward less a block, for its
     output's memory). A block that draws random numbers (LoRA's dropout) has the generators' state saved and
-    restored for the recompute (`random`), which then drops what the forward dropped."""
+    restored for the recompute (`random`), which then drops what the forward dropped. With `offload` (a
+    block kept, not recomputed), what its forward saves goes to host memory until its backward
+    (`training.llama.offload`); `first`: the first offloaded block of the model."""
 
-    def __init__(self, block: nn.Module, recompute: bool = False, keep_attention: bool = False):
+    def __init__(
+        self,
+        block: nn.Module,
+        recompute: bool = False,
+        keep_attention: bool = False,
+        offload: HostOffload | None = None,
+        first: bool = False,
+    ):
         super().__init__()
         self._modules = block._modules  # the block's children are this module's: the same names
         self.__dict__["block"] = block  # called, not a child: its parameters would be listed twice
         self.recompute = recompute
         self.keep_attention = keep_attention
+        self.offload, self.first_offloaded = offload, first
         self.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
         # the block's parts that run inside the checkpoint (compiled there by `compile_inside`)
         self.whole, self.project, self.after_attention = block.forward, block.project, block.after_attention
         self.compiled_inside = False
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
+        if self.offload is not None and torch.is_grad_enabled():
+            storages = {p.untyped_storage().data_ptr() for p in self.block.parameters()}
+            with self.offload.saving(storages, self.first_offloaded):
+                return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
         if not (self.recompute and torch.is_grad_enabled()):
             return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
         recompute = functools.partial(checkpoint, use_reentrant=False, preserve_rng_state=self.random)

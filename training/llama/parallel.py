@@ -30,6 +30,7 @@ from training.common.config import ConfigError
 from training.common.disclosure import PRECISION_NAMES, Disclosure, dtype_name, lowest
 from training.fp8 import Fp8, Fp8Settings, apply_fp8, save_mlp_activations_in_fp8
 from training.llama.checkpointing import Checkpointed
+from training.llama.offload import HostOffload
 from training.lora import LoraSettings, apply_lora
 
 if TYPE_CHECKING:
@@ -130,6 +131,8 @@ class Features:
     activation_checkpointing: bool = False
     checkpoint_layers: int | None = None  # with activation checkpointing: the first this many blocks only
     keep_attention: bool = False  # with activation checkpointing: the recompute skips the attention kernel
+    # the blocks after the recomputed ones whose saved activations wait in host memory (one GPU only)
+    offload_layers: int = 0
     compile: bool = False
     # with FP8 and compile, a recomputed block compiles its forward inside its eager checkpoint (False: the
     # checkpoint compiled with the block, as bf16 blocks are: `apply_compile`)
@@ -235,8 +238,17 @@ def apply_features(
     lora = apply_lora(model, features.lora, device)
     lora = Change(len(model.layers), lora) if features.lora is not None else OFF
     tensor = apply_tp(model, mesh)
+    if features.offload_layers and mesh is not None and mesh.size() > 1:
+        raise ValueError(
+            f"CPU_OFFLOADING_NUM_LAYERS={features.offload_layers} is built for one GPU only "
+            f"(this layout has {mesh.size()}); set it to 0"
+        )
     checkpointed = apply_activation_checkpointing(
-        model, features.activation_checkpointing, features.checkpoint_layers, features.keep_attention
+        model,
+        features.activation_checkpointing,
+        features.checkpoint_layers,
+        features.keep_attention,
+        features.offload_layers,
     )
     if features.fp8 is not None and features.fp8.mlp_activations_in_fp8:
         kept = sum(save_mlp_activations_in_fp8(block) for block in model.layers if not block.recompute)
@@ -378,7 +390,11 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh | None) -> Change:
 
 
 def apply_activation_checkpointing(
-    model: nn.Module, enabled: bool, layers: int | None = None, keep_attention: bool = False
+    model: nn.Module,
+    enabled: bool,
+    layers: int | None = None,
+    keep_attention: bool = False,
+    offload_layers: int = 0,
 ) -> Change:
     """Put each block in a `checkpointing.Checkpointed` wrapper (parameter names unchanged), which recomputes
     the block's forward in the backward, keeping only its input, when `enabled` (the first `layers` blocks
@@ -387,16 +403,24 @@ def apply_activation_checkpointing(
     block of the 70B width at 8192 tokens where the block compiles whole (the compiler recomputes q, k, v for
     the kernel's backward) and 0.28 GiB where the halves compile inside eager checkpoints (FP8: q, k, v kept
     too). A block with dropout (LoRA's) saves the random number generators' state and restores it for the
-    recompute, which then drops what the forward dropped (so: after `apply_lora`). Off, the blocks are
-    wrapped too and run as they are: FP8's calibration recomputes them all through their wrappers."""
+    recompute, which then drops what the forward dropped (so: after `apply_lora`). The `offload_layers`
+    blocks after the recomputed ones keep what their forward saves in host memory until their backward
+    (`training.llama.offload`). Off, the blocks are wrapped too and run as they are: FP8's calibration
+    recomputes them all through their wrappers."""
     count = 0 if not enabled else len(model.layers) if layers is None else min(layers, len(model.layers))
+    offloaded = range(count, min(count + offload_layers, len(model.layers)))
+    host = HostOffload() if offloaded else None
     for i, block in enumerate(model.layers):
         recompute = i < count
-        model.layers[i] = Checkpointed(block, recompute, keep_attention=keep_attention and recompute)
+        offload = host if i in offloaded else None
+        model.layers[i] = Checkpointed(
+            block, recompute, keep_attention=keep_attention and recompute, offload=offload, first=i == count
+        )
+    moved = f"; the saved activations of {len(offloaded)} more in host memory" if offloaded else ""
     if not enabled:
-        return OFF
+        return Change(len(offloaded), moved.removeprefix("; ")) if offloaded else OFF
     what = "recompute but the attention kernel" if keep_attention else "full recompute"
-    return Change(count, f"{what} of {count} of {len(model.layers)} blocks")
+    return Change(count, f"{what} of {count} of {len(model.layers)} blocks{moved}")
 
 
 def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = False) -> Change:
@@ -410,14 +434,18 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     if not enabled:
         return OFF
     blocks = transformer_blocks(model)
-    outside = 0
+    outside = offloaded = 0
     for block in blocks:
-        if checkpoint_outside and isinstance(block, Checkpointed) and block.recompute:
+        if isinstance(block, Checkpointed) and block.offload is not None:
+            block.compile_inside()  # the offloading hooks stay outside the compiled parts
+            offloaded += 1
+        elif checkpoint_outside and isinstance(block, Checkpointed) and block.recompute:
             block.compile_inside()
             outside += 1
         else:
             block.compile()
     inside = f", {outside} of them inside their eager checkpoint (FP8)" if outside else ""
+    inside += f", {offloaded} inside their eager offloading wrapper" if offloaded else ""
     what = f"torch.compile per block ({len(blocks)} blocks{inside}) and of the cross-entropy"
     return Change(len(blocks), what)
 

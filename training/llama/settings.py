@@ -131,6 +131,7 @@ class LlamaRunSettings(RunSettings):
         lora: LoraSettings | None = None,
         checkpoint_layers: int | None = None,
         keep_attention: bool = False,
+        offload_layers: int = 0,
         checkpoint: Path | None = None,
         fp8_weights: bool = False,
     ) -> RunSpec:
@@ -159,6 +160,7 @@ class LlamaRunSettings(RunSettings):
             activation_checkpointing=self.activation_checkpointing,
             checkpoint_layers=checkpoint_layers,
             keep_attention=keep_attention,
+            offload_layers=offload_layers,
             compile=self.compile,
             reshard_after_forward=self.reshard_after_forward,
             grad_reduce_in_fp32=self.grad_reduce_in_fp32,

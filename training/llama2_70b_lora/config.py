@@ -126,6 +126,13 @@ class LoraConfig(LlamaRunSettings):
         False,
         help="with ACTIVATION_CHECKPOINTING: recompute all but the attention kernel (0.13-0.28 GiB a block)",
     )
+    offload_layers: int = var(
+        "CPU_OFFLOADING_NUM_LAYERS",
+        0,
+        help="one GPU: the blocks after the ACL recomputed ones keep what their forward saves for the "
+        "backward in pinned host memory, copied out and back beside the compute (NeMo's name)",
+        bounds=">= 0",
+    )
     warmup: bool = var(
         "WARMUP", True, help="untimed synthetic training and validation steps before run_start"
     )
@@ -303,6 +310,7 @@ class LoraConfig(LlamaRunSettings):
             lora=lora,
             checkpoint_layers=self.checkpoint_layers,
             keep_attention=self.keep_attention,
+            offload_layers=self.offload_layers,
             checkpoint=checkpoint,
             fp8_weights=self.fp8_weights,
         )
