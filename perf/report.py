@@ -39,7 +39,7 @@ class Pick:
     readme: bool = False  # also in README's table (the headline figures a user needs), where it is a claim
 
 
-DAY, DAY2, DAY3 = "2026-11-27", "2026-11-28", "2026-12-04"
+DAY, DAY2, DAY3, DAY4 = "2026-11-27", "2026-11-28", "2026-12-04", "2026-12-06"
 LORA, LLAMA, SUITE = "Llama 2 70B LoRA step", "Llama 3.1 8B", "Throughput suite, Llama 3.1 8B"
 PEFT, TITAN = "HF + `peft`", "torchtitan 0.2.2"
 HEADLINE = (
@@ -57,6 +57,15 @@ HEADLINE = (
         "compiled_fp8native_cudagraphs_bf16res",
         "hf",
         "HF `BertForPreTraining`",
+    ),
+    Pick(
+        "BERT-Large step in the H100 config's mode, cuDNN's ragged attention with dropout "
+        "(`ATTENTION=cudnn_ragged`, what `auto` picks)",
+        f"{DAY4}/bench_bert_h100_cudnn_ragged_profile.json",
+        "cudnn",
+        "flash",
+        "ours, the same with `ATTENTION=torch_flash`",
+        readme=True,
     ),
     Pick(
         f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
