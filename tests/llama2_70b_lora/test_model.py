@@ -255,13 +255,14 @@ def rope(model: Llama, seq: int):
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-@pytest.mark.parametrize("recomputed", [0, 1])
-def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled, recomputed):
+@pytest.mark.parametrize("recomputed,offloaded", [(0, 1), (0, 2), (1, 1)])
+def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled, recomputed, offloaded):
     """CPU_OFFLOADING_NUM_LAYERS: the blocks after the recomputed ones keep what their forward saves in host
-    memory (here host tensors, every size), eager and with their parts compiled: the loss and the adapters'
-    gradients of two steps equal those of the blocks kept as they are, bit for bit (the copies are exact)."""
+    memory (here host tensors, every size), eager and with their parts compiled, the block after them (if
+    any) starting the copies back: the loss and the adapters' gradients of two steps equal those of the
+    blocks kept as they are, bit for bit (the copies are exact)."""
     runs = []
-    for offload in (0, CONFIG["num_hidden_layers"]):
+    for offload in (0, offloaded):
         torch._dynamo.reset()
         torch.manual_seed(0)
         model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.5))
@@ -275,7 +276,10 @@ def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled,
         hosts = {id(block.offload) for block in model.layers if block.offload is not None}
         assert len(hosts) == (1 if offload else 0)
         assert [block.offload is not None for block in model.layers] == [
-            offload > 0 and i >= recomputed for i in range(len(model.layers))
+            recomputed <= i < recomputed + offload for i in range(len(model.layers))
+        ]
+        assert [block.announce is not None for block in model.layers] == [
+            offload > 0 and i == recomputed + offload for i in range(len(model.layers))
         ]
         for block in model.layers:
             if block.offload is not None:
@@ -290,7 +294,7 @@ def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled,
                 loss.backward()
             losses.append(loss.detach())
         grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
-        copied = model.layers[-1].offload.copied_bytes if offload else 0
+        copied = model.layers[recomputed].offload.copied_bytes if offload else 0
         runs.append((losses, grads, copied, change.description))
     (losses, grads, _, _), (losses2, grads2, copied, description) = runs
     assert copied > 0 and "in host memory" in description

@@ -36,7 +36,8 @@ class Checkpointed(nn.Module):
     output's memory). A block that draws random numbers (LoRA's dropout) has the generators' state saved and
     restored for the recompute (`random`), which then drops what the forward dropped. With `offload` (a
     block kept, not recomputed), what its forward saves goes to host memory until its backward
-    (`training.llama.offload`); `first`: the first offloaded block of the model."""
+    (`training.llama.offload`); `first`: the first offloaded block of the model. `announce` (the block after
+    the last offloaded one): its output's gradient starts the copies back of that block's tensors."""
 
     def __init__(
         self,
@@ -45,19 +46,26 @@ class Checkpointed(nn.Module):
         keep_attention: bool = False,
         offload: HostOffload | None = None,
         first: bool = False,
+        announce: HostOffload | None = None,
     ):
         super().__init__()
         self._modules = block._modules  # the block's children are this module's: the same names
         self.__dict__["block"] = block  # called, not a child: its parameters would be listed twice
         self.recompute = recompute
         self.keep_attention = keep_attention
-        self.offload, self.first_offloaded = offload, first
+        self.offload, self.first_offloaded, self.announce = offload, first, announce
         self.random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
         # the block's parts that run inside the checkpoint (compiled there by `compile_inside`)
         self.whole, self.project, self.after_attention = block.forward, block.project, block.after_attention
         self.compiled_inside = False
 
     def forward(self, x, cos, sin, cu_seqlens=None, max_seqlen=None):
+        out = self._forward(x, cos, sin, cu_seqlens, max_seqlen)
+        if self.announce is not None and out.requires_grad:
+            out.register_hook(self.announce.prefetch_last)
+        return out
+
+    def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
         if self.offload is not None and torch.is_grad_enabled():
             storages = {p.untyped_storage().data_ptr() for p in self.block.parameters()}
             with self.offload.saving(storages, self.first_offloaded):

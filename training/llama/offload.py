@@ -9,8 +9,9 @@ How (`saved_tensors_hooks` around the block's forward, in its eager wrapper `che
   work that made it; the GPU tensor is marked as used by that stream, so its memory is reused only once the
   copy is done. Others stay as they are. A tensor saved twice in one block is copied once.
 - unpack: the first unpack of a block's tensors (its backward starting) starts the copies back of the
-  offloaded block before it, which runs its backward next, and waits for its own (started the same way by
-  the block after it; the last offloaded block's, which nothing precedes, start then).
+  offloaded block before it, which runs its backward next, and waits for its own, started the same way by
+  the offloaded block after it. The last offloaded block's start when the gradient of the next block's
+  output is ready (`prefetch_last`, a hook that block's wrapper sets), one block's backward ahead.
 - The pinned buffers are kept from step to step (pinning memory is slow) and handed out again once their
   copy back is queued: the copy stream runs in order, so a buffer's next copy out follows it.
 
@@ -92,6 +93,12 @@ class HostOffload:
                 yield
         finally:
             group.alive.clear()
+
+    def prefetch_last(self, grad: torch.Tensor) -> None:
+        """A gradient hook on the output of the block after the last offloaded one: start the copies back
+        of that last block's tensors, which its backward, next but one, reads first."""
+        if self.last is not None:
+            self._fetch(self.last)
 
     @staticmethod
     def _worth(t: torch.Tensor, parameters: set[int], min_bytes: int) -> bool:

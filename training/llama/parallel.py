@@ -412,9 +412,13 @@ def apply_activation_checkpointing(
     host = HostOffload() if offloaded else None
     for i, block in enumerate(model.layers):
         recompute = i < count
-        offload = host if i in offloaded else None
         model.layers[i] = Checkpointed(
-            block, recompute, keep_attention=keep_attention and recompute, offload=offload, first=i == count
+            block,
+            recompute,
+            keep_attention=keep_attention and recompute,
+            offload=host if i in offloaded else None,
+            first=i == count,
+            announce=host if offloaded and i == offloaded.stop else None,
         )
     moved = f"; the saved activations of {len(offloaded)} more in host memory" if offloaded else ""
     if not enabled:
@@ -436,7 +440,7 @@ def apply_compile(model: nn.Module, enabled: bool, checkpoint_outside: bool = Fa
     blocks = transformer_blocks(model)
     outside = offloaded = 0
     for block in blocks:
-        if isinstance(block, Checkpointed) and block.offload is not None:
+        if isinstance(block, Checkpointed) and (block.offload is not None or block.announce is not None):
             block.compile_inside()  # the offloading hooks stay outside the compiled parts
             offloaded += 1
         elif checkpoint_outside and isinstance(block, Checkpointed) and block.recompute:
