@@ -150,6 +150,11 @@ class LoraConfig(LlamaRunSettings):
             )
         if self.checkpoint_layers is not None and not self.activation_checkpointing:
             problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1")
+        if self.offload_layers and self.world_size() > 1:
+            problems.append(
+                f"CPU_OFFLOADING_NUM_LAYERS={self.offload_layers} is built for one GPU; this config has "
+                f"DGXNNODES x DGXNGPU = {self.world_size()} (set it to 0)"
+            )
         if self.keep_attention and not self.activation_checkpointing:
             problems.append("AC_KEEP_ATTENTION=1 needs ACTIVATION_CHECKPOINTING=1")
         if self.fp8_weights and not (self.fp8 and self.fp8_backend == "native"):
