@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Activation offloading (CPU_OFFLOADING_NUM_LAYERS) against recomputation, the one-GPU Llama 2 70B LoRA
+# config's mode (config_H200_1x1x8.sh: native FP8, frozen weights and SwiGLU inputs in FP8), one call:
+#   a GPU with 120 GB or more (an H200): all 80 blocks, the config as shipped (ACL=24: 24 blocks recomputed)
+#     against the same 24 blocks offloaded instead (ACL=0 CPU_OFFLOADING_NUM_LAYERS=24);
+#   a smaller one (an H100): 40 blocks, 32 recomputed (the reference) against 16 recomputed and 16 offloaded,
+#     and 16 recomputed with 24 kept on the GPU (what offloading would reach with copies for free).
+# Each variant's losses are compared with the reference's (perf/lib/parity.py). Prints the table last; the
+# JSON and log go under $OUT. Usage (repo root): OUT=/some/dir bash perf/offload_gpu.sh
+set -euo pipefail
+out="${OUT:?set OUT to a folder for the results}"
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+config=configs/llama2_70b_lora/config_H200_1x1x8.sh
+memory_gib="$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)')"
+if ((memory_gib >= 120)); then
+  args=(--layers 80 --reference 'shipped: ACL=24' --variant 'offload24: ACL=0 CPU_OFFLOADING_NUM_LAYERS=24')
+else
+  args=(--layers 40 --reference 'recompute32: ACL=32'
+    --variant 'offload16: ACL=16 CPU_OFFLOADING_NUM_LAYERS=16; keep24: ACL=16')
+fi
+status=0
+OUT="${out}" python3 -m perf.bench_lora --config "${config}" "${args[@]}" --peer none --steps "${STEPS:-6}" \
+  --warmup 2 > "${out}/bench_lora_offload.log" 2>&1 || status=$?
+grep -o '"ac": "[^"]*"\|"kept_after_forward_gib": [0-9.]*' "${out}/bench_lora_offload.log" || true
+grep -v Warn "${out}/bench_lora_offload.log" | tail -n 6
+exit "${status}"
