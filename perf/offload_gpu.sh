@@ -3,10 +3,11 @@
 # config's mode (config_H200_1x1x8.sh: native FP8, frozen weights and SwiGLU inputs in FP8), one call:
 #   a GPU with 120 GB or more (an H200): all 80 blocks, the config as shipped (ACL=24: 24 blocks recomputed)
 #     against the same 24 blocks offloaded instead (ACL=0 CPU_OFFLOADING_NUM_LAYERS=24);
-#   a smaller one (an H100): 40 blocks, 32 recomputed (the reference) against 16 recomputed and 16 offloaded,
-#     and 16 recomputed with 24 kept on the GPU (what offloading would reach with copies for free).
+#   a smaller one (an H100): LAYERS blocks (40), the last 8 kept on the GPU, the others recomputed (the
+#     reference) against OFFLOAD of them (16) offloaded instead, and (KEEP=1, the default) kept on the GPU
+#     instead (what offloading would reach with copies for free).
 # Each variant's losses are compared with the reference's (perf/lib/parity.py). Prints the table last; the
-# JSON and log go under $OUT. Usage (repo root): OUT=/some/dir bash perf/offload_gpu.sh
+# JSON and log go under $OUT. Usage (repo root): OUT=/some/dir [LAYERS=40 OFFLOAD=16 KEEP=1 STEPS=6] bash perf/offload_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -15,8 +16,11 @@ memory_gib="$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0
 if ((memory_gib >= 120)); then
   args=(--layers 80 --reference 'shipped: ACL=24' --variant 'offload24: ACL=0 CPU_OFFLOADING_NUM_LAYERS=24')
 else
-  args=(--layers 40 --reference 'recompute32: ACL=32'
-    --variant 'offload16: ACL=16 CPU_OFFLOADING_NUM_LAYERS=16; keep24: ACL=16')
+  layers="${LAYERS:-40}" moved="${OFFLOAD:-16}"
+  recomputed=$((layers - 8)) rest=$((layers - 8 - moved))
+  variants="offload${moved}: ACL=${rest} CPU_OFFLOADING_NUM_LAYERS=${moved}"
+  [[ ${KEEP:-1} == 1 ]] && variants+="; keep$((layers - rest)): ACL=${rest}"
+  args=(--layers "${layers}" --reference "recompute${recomputed}: ACL=${recomputed}" --variant "${variants}")
 fi
 status=0
 OUT="${out}" python3 -m perf.bench_lora --config "${config}" "${args[@]}" --peer none --steps "${STEPS:-6}" \
