@@ -59,15 +59,6 @@ HEADLINE = (
         "HF `BertForPreTraining`",
     ),
     Pick(
-        "BERT-Large step in the H100 config's mode, cuDNN's ragged attention with dropout "
-        "(`ATTENTION=cudnn_ragged`, what `auto` picks)",
-        f"{DAY4}/bench_bert_h100_cudnn_ragged_profile.json",
-        "cudnn",
-        "flash",
-        "ours, the same with `ATTENTION=torch_flash`",
-        readme=True,
-    ),
-    Pick(
         f"{LLAMA}, the trainer's step at GBS 16 (4 micro-batches a GPU, a reduce-scatter after each), "
         "full depth, native FP8",
         f"{DAY}/bench_llama_32blocks_4xh100_gbs16_flash4_profile.json",
@@ -264,6 +255,14 @@ HEADLINE = (
         "ours-fp8native-fp8w-fastaccum-fp8act-ac24-sdpa",
         "ours-fp8native-fp8w-ac40-sdpa",
         "ours, bf16 SwiGLU inputs, ACL 40",
+    ),
+    Pick(
+        f"{LORA}, 24 of 80 blocks in the one-H200 config's mode, 12 blocks' saved activations in host memory "
+        "(`CPU_OFFLOADING_NUM_LAYERS=12`) instead of recomputed; 4 recomputed, 8 kept",
+        f"{DAY4}/bench_lora_24blocks_h100_offload.json",
+        "offload12",
+        "recompute16",
+        "ours, the same 12 recomputed (ACL 16)",
     ),
     Pick(
         f"{LORA}, all 80 blocks, FSDP2, native FP8, 24 blocks recomputed (ACL 24)",

@@ -39,6 +39,10 @@ def test_values_are_typed_and_defaults_apply():
         ({"BATCHSIZE": "0"}, "BATCHSIZE=0 must be > 0"),
         ({"RESIDUAL_DTYPE": "half"}, "RESIDUAL_DTYPE='half'"),
         ({"RESIDUAL_DTYPE": "bf16", "PRECISION": "fp32"}, "RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8"),
+        (
+            {"ATTENTION": "cudnn_ragged", "COMPILE": "1", "COMPILE_MODE": "reduce-overhead"},
+            "ATTENTION=cudnn_ragged with COMPILE_MODE=reduce-overhead (CUDA graphs)",
+        ),
     ],
 )
 def test_errors_name_the_variable(env, needle):

@@ -301,3 +301,20 @@ def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled,
     assert all(torch.equal(a, b) for a, b in zip(losses, losses2))
     for name, grad in grads.items():
         assert torch.equal(grads2[name], grad), name
+
+
+def test_fp8_calibration_recomputes_offloaded_blocks_instead_of_copying_them(checkpoint):
+    """FP8's calibration pass (`recompute_every_block`, eager bf16, more saved than FP8 saves) recomputes
+    the offloaded blocks too: nothing goes to host memory then; the next step offloads as set."""
+    from training.llama.checkpointing import recompute_every_block
+
+    model = ours(checkpoint, LoraSettings(rank=4, alpha=8, dropout=0.1))
+    parallel.apply_activation_checkpointing(model, False, offload_layers=2)
+    host = model.layers[0].offload
+    host.min_bytes = 0
+    x = tokens()
+    with recompute_every_block(model):
+        cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
+    assert host.copied_bytes == 0
+    cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
+    assert host.copied_bytes > 0

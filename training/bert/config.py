@@ -100,6 +100,12 @@ class BertConfig(RunSettings):
             problems.append(f"RESIDUAL_DTYPE=bf16 needs PRECISION bf16 or fp8, not {self.precision}")
         if self.phase != 2:
             problems.append(f"PHASE={self.phase}: only phase 2 (the MLPerf benchmark) is implemented")
+        if self.attention == "cudnn_ragged" and self.compile and self.compile_mode == "reduce-overhead":
+            problems.append(
+                "ATTENTION=cudnn_ragged with COMPILE_MODE=reduce-overhead (CUDA graphs): its dropout under a "
+                "graph's replay has not passed the check that the backward drops what the forward dropped; "
+                "use COMPILE_MODE=default, or ATTENTION=auto"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
 

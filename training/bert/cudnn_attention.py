@@ -8,8 +8,9 @@ The batch is padded with empty entries to a multiple of `SEGMENTS_ROUND` (`data.
 every compiled step the same count), so few graphs are built.
 
 Dropout is cuDNN's Philox generator, seeded per call by a (seed, offset) pair drawn from PyTorch's CUDA
-generator: runs repeat under a seed, and a CUDA graph draws a new pair at each replay. The backward reuses
-its forward's pair, so it drops what its forward dropped.
+generator, so runs repeat under a seed; the backward reuses its forward's pair, so it drops what its forward
+dropped (`check`). Under CUDA graphs that is not yet shown (a test of a graph's replays,
+`tests/bert/test_model.py`, has not passed on a GPU), so `BertConfig` refuses this backend there.
 
 Why our own op (two `torch.library` custom ops, fake kernels for torch.compile, the backward registered as
 the forward's autograd formula): PyTorch reaches this kernel only through ATen's `_cudnn_attention_forward`

@@ -66,12 +66,14 @@ class Checkpointed(nn.Module):
         return out
 
     def _forward(self, x, cos, sin, cu_seqlens, max_seqlen):
-        if self.offload is not None and torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
+            return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
+        if not self.recompute:  # (`recompute_every_block` recomputes an offloaded block too)
+            if self.offload is None:
+                return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
             storages = {p.untyped_storage().data_ptr() for p in self.block.parameters()}
             with self.offload.saving(storages, self.first_offloaded):
                 return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
-        if not (self.recompute and torch.is_grad_enabled()):
-            return self.whole(x, cos, sin, cu_seqlens, max_seqlen)
         recompute = functools.partial(checkpoint, use_reentrant=False, preserve_rng_state=self.random)
         if not self.keep_attention:
             return recompute(self.whole, x, cos, sin, cu_seqlens, max_seqlen)
