@@ -9,8 +9,8 @@ every compiled step the same count), so few graphs are built.
 
 Dropout is cuDNN's Philox generator, seeded per call by a (seed, offset) pair drawn from PyTorch's CUDA
 generator, so runs repeat under a seed; the backward reuses its forward's pair, so it drops what its forward
-dropped (`check`). Under CUDA graphs that is not yet shown (a test of a graph's replays,
-`tests/bert/test_model.py`, has not passed on a GPU), so `BertConfig` refuses this backend there.
+dropped (`check`). Under CUDA graphs that is not yet shown right (`tests/bert/test_model.py` checks a
+graph's replays on a GPU), so `BertConfig` refuses this backend there.
 
 Why our own op (two `torch.library` custom ops, fake kernels for torch.compile, the backward registered as
 the forward's autograd formula): PyTorch reaches this kernel only through ATen's `_cudnn_attention_forward`
@@ -121,8 +121,15 @@ def _bind(names: str, qkv: torch.Tensor, qkv_offsets: torch.Tensor) -> dict[str,
     return data
 
 
-def _rng(rng: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"seed": rng[0:1].view(1, 1, 1, 1), "offset": rng[1:2].view(1, 1, 1, 1)}
+def _run(backward: bool, qkv, qkv_offsets, seq_lens, max_len: int, dropout_p: float, rng, bound) -> None:
+    """Execute the forward or backward graph of `qkv`'s shape with q, k, v, the lengths and the dropout's
+    (seed, offset) bound, and `bound`'s tensors."""
+    tokens, _, heads, dim = qkv.shape
+    built = _graphs(seq_lens.numel(), max_len, heads, dim, tokens, dropout_p, qkv.device.index or 0)
+    data = {**_bind("q k v", qkv, qkv_offsets), "seq_len": seq_lens, **bound}
+    if dropout_p > 0:
+        data.update(seed=rng[0:1].view(1, 1, 1, 1), offset=rng[1:2].view(1, 1, 1, 1))
+    cudnn_graphs.execute(*built[backward], data, qkv.device)
 
 
 @torch.library.custom_op("mlperf_bert::cudnn_ragged_attention_fwd", mutates_args=())
@@ -138,21 +145,11 @@ def ragged_fwd(
     ragged entry of a contiguous (tokens, 3, heads, dim) bf16 `qkv`; `qkv_offsets` and `o_offsets` are the
     entries' starts in elements (int64), `seq_lens` their lengths (int32)."""
     tokens, _, heads, dim = qkv.shape
-    segments = seq_lens.numel()
-    graph, tensors = _graphs(segments, max_len, heads, dim, tokens, dropout_p, qkv.device.index or 0)[0]
     o = qkv.new_empty(tokens, heads, dim)
-    stats = qkv.new_empty(segments, heads, max_len, 1, dtype=torch.float32)
+    stats = qkv.new_empty(seq_lens.numel(), heads, max_len, 1, dtype=torch.float32)
     rng = torch.randint(2**62, (2,), device=qkv.device, dtype=torch.int64)
-    data = {
-        **_bind("q k v", qkv, qkv_offsets),
-        "seq_len": seq_lens,
-        "o": o,
-        "o_offsets": o_offsets,
-        "stats": stats,
-    }
-    if dropout_p > 0:
-        data.update(_rng(rng))
-    cudnn_graphs.execute(graph, tensors, data, qkv.device)
+    bound = {"o": o, "o_offsets": o_offsets, "stats": stats}
+    _run(False, qkv, qkv_offsets, seq_lens, max_len, dropout_p, rng, bound)
     return o, stats, rng
 
 
@@ -177,24 +174,16 @@ def ragged_bwd(
     dropout_p: float,
 ) -> torch.Tensor:
     """The gradient of `qkv` (tokens, 3, heads, dim) from that of `ragged_fwd`'s O, with its dropout."""
-    tokens, _, heads, dim = qkv.shape
-    graph, tensors = _graphs(seq_lens.numel(), max_len, heads, dim, tokens, dropout_p, qkv.device.index or 0)[
-        1
-    ]
     dqkv = torch.empty_like(qkv)
-    data = {
-        **_bind("q k v", qkv, qkv_offsets),
+    bound = {
         **_bind("dq dk dv", dqkv, qkv_offsets),
-        "seq_len": seq_lens,
         "o": o,
         "dO": dout,
         "o_offsets": o_offsets,
         "dO_offsets": o_offsets,
         "stats": stats,
     }
-    if dropout_p > 0:
-        data.update(_rng(rng))
-    cudnn_graphs.execute(graph, tensors, data, qkv.device)
+    _run(True, qkv, qkv_offsets, seq_lens, max_len, dropout_p, rng, bound)
     return dqkv
 
 
