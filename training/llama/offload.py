@@ -12,6 +12,8 @@ How (`saved_tensors_hooks` around the block's forward, in its eager wrapper `che
   offloaded block before it, which runs its backward next, and waits for its own, started the same way by
   the offloaded block after it. The last offloaded block's start when the gradient of the next block's
   output is ready (`prefetch_last`, a hook that block's wrapper sets), one block's backward ahead.
+- A tensor brought back is let go after its last unpack (one per save: a backward that retains its graph
+  for a second one is not supported).
 - The pinned buffers are kept from step to step (pinning memory is slow) and handed out again once their
   copy back is queued: the copy stream runs in order, so a buffer's next copy out follows it.
 
@@ -38,7 +40,8 @@ class _Group:
     devices: list[torch.device] = field(default_factory=list)
     index: dict[tuple, int] = field(default_factory=dict)  # a saved tensor's identity -> its entry
     alive: list[torch.Tensor] = field(default_factory=list)  # the forward's saved tensors, until it ends
-    back: list[torch.Tensor] | None = None  # the tensors brought back, once their copies are queued
+    uses: list[int] = field(default_factory=list)  # each entry's unpacks still to come
+    back: list[torch.Tensor | None] | None = None  # the tensors brought back, once their copies are queued
     ready: torch.cuda.Event | None = None
 
 
@@ -75,6 +78,8 @@ class HostOffload:
                 group.index[key] = len(group.hosts)
                 group.hosts.append(self._copy_out(t))
                 group.devices.append(t.device)
+                group.uses.append(0)
+            group.uses[group.index[key]] += 1
             return _Saved(group, group.index[key])
 
         def unpack(saved):
@@ -86,7 +91,11 @@ class HostOffload:
                 self._fetch(group.previous)
             if group.ready is not None:
                 torch.cuda.current_stream(group.devices[saved.entry]).wait_event(group.ready)
-            return group.back[saved.entry]
+            t = group.back[saved.entry]
+            group.uses[saved.entry] -= 1
+            if not group.uses[saved.entry]:
+                group.back[saved.entry] = None  # freed once its last reader is done
+            return t
 
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
