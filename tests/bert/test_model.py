@@ -8,6 +8,7 @@ import torch
 from tests.bert.synthetic import make_sequence
 from training.bert import attention
 from training.bert.attention import packed_attention
+from training.bert.cudnn_attention import IDENTITY_TOLERANCE, dropout_identity_error
 from training.bert.data import collate
 from training.bert.model import (
     _LAYER,
@@ -169,13 +170,12 @@ def test_varlen_kernels_match_the_masked_sdpa_and_drop_the_same_in_backward(seqs
     out = packed_attention(impl, qkv, b)[real]
     # bf16 inputs and output: a few roundings of 2^-8 relative each
     assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
-    # With dropout, out = P_dropped v, so <out, g> = <v, dv> if the backward drops what the forward did.
+    # With dropout, the backward must drop what the forward did (`dropout_identity_error`).
     g = torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.bfloat16)
     out = packed_attention(impl, qkv, b, dropout_p=0.1)
     out.backward(g)
-    v, dv = qkv[:, :, 2].detach(), qkv.grad[:, :, 2]
-    lhs, rhs = float((out.detach().float() * g.float()).sum()), float((v.float() * dv.float()).sum())
-    assert abs(lhs - rhs) < 1e-2 * abs(rhs)
+    flat = [t.reshape(1024, 4, 64) for t in (out, g, qkv[:, :, 2], qkv.grad[:, :, 2])]
+    assert dropout_identity_error(*flat, b.cu_seqlens) < IDENTITY_TOLERANCE
 
 
 def test_cudnn_ragged_is_refused_by_name_where_it_cannot_run():
@@ -201,10 +201,7 @@ def test_cudnn_ragged_draws_new_dropout_at_each_cuda_graph_replay_and_its_backwa
         return out
 
     def identity(out) -> float:
-        """|<out, g> - <v, dv>| / |<v, dv>|: 0 where the backward drops what the forward dropped."""
-        lhs = float((out.detach().float() * g.float()).sum())
-        rhs = float((qkv[:, 2].detach().float() * qkv.grad[:, 2].float()).sum())
-        return abs(lhs - rhs) / abs(rhs)
+        return dropout_identity_error(out, g, qkv[:, 2], qkv.grad[:, 2], cu)
 
     eager = identity(step())
     side = torch.cuda.Stream()
@@ -221,6 +218,26 @@ def test_cudnn_ragged_draws_new_dropout_at_each_cuda_graph_replay_and_its_backwa
         torch.cuda.synchronize()
         replayed.append(identity(out))
         seen.append(out.clone())
-    # bf16 outputs and gradients: each product rounded to 2^-8, so the sums agree to a few 2^-8 at most
-    assert eager < 4 * 2**-8 and max(replayed) < 4 * 2**-8, f"eager {eager:.2e}, replayed {replayed}"
+    assert max(eager, *replayed) < IDENTITY_TOLERANCE, f"eager {eager:.2e}, replayed {replayed}"
     assert not torch.equal(seen[0], seen[1])  # a new dropout mask at each replay
+
+
+def test_the_dropout_identity_tells_a_backward_that_drops_other_elements():
+    """`dropout_identity_error` on attention computed here in float32 with a known mask, its outputs rounded
+    to bf16 as a kernel's are: the backward's mask the forward's, within the bound; another, far over it."""
+    generator = torch.Generator().manual_seed(0)
+    cu = torch.tensor([0, 100, 256, 300, 512, 512], dtype=torch.int32)
+    qkv = torch.randn(512, 3, 2, 64, generator=generator).bfloat16().float()
+    g = torch.randn(512, 2, 64, generator=generator).bfloat16().float()
+    within, beyond = (lambda e: e < IDENTITY_TOLERANCE), (lambda e: e > 4 * IDENTITY_TOLERANCE)
+    for same, check in ((True, within), (False, beyond)):
+        out, dv = torch.zeros(512, 2, 64), torch.zeros(512, 2, 64)
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            q, k, v = (qkv[a:b, i].transpose(0, 1) for i in range(3))
+            p = torch.softmax(q @ k.transpose(1, 2) / 8, -1)
+            kept = (torch.rand(p.shape, generator=generator) >= 0.1) / 0.9
+            other = kept if same else (torch.rand(p.shape, generator=generator) >= 0.1) / 0.9
+            out[a:b] = ((p * kept) @ v).transpose(0, 1)
+            dv[a:b] = ((p * other).transpose(1, 2) @ g[a:b].transpose(0, 1)).transpose(0, 1)
+        error = dropout_identity_error(out.bfloat16(), g, qkv[:, 2], dv.bfloat16(), cu)
+        assert check(error), (same, error)

@@ -241,9 +241,10 @@ def cudnn_ragged_fault(device_index: int = 0) -> str | None:
         errors = check(device)
     except Exception as err:  # noqa: BLE001 - any failure means: do not use it
         return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-    worst = max(errors, key=errors.get)
-    if not errors[worst] <= TOLERANCE:
-        return f"its {worst} is off by {errors[worst]:.3g} (relative, > {TOLERANCE:.3g})"
+    bounds = {name: IDENTITY_TOLERANCE if name == "dropout identity" else TOLERANCE for name in errors}
+    worst = max(errors, key=lambda name: errors[name] / bounds[name])
+    if not errors[worst] <= bounds[worst]:
+        return f"its {worst} is off by {errors[worst]:.3g} (relative, > {bounds[worst]:.3g})"
     return None
 
 
@@ -254,7 +255,7 @@ TOLERANCE = 4 * 2**-8
 def check(device: torch.device, heads: int = 2, dim: int = 64) -> dict[str, float]:
     """Relative errors (norm-wise) on two packed rows of 256 tokens with empty entries at the end, as
     `data.pad_static` leaves them: O and the gradients against float32 attention under a block-diagonal mask
-    without dropout, and with dropout 0.5 the identity <O, dO> = <V, dV> (O = P V for the dropped P)."""
+    without dropout, and with dropout 0.5 `dropout_identity_error`."""
     from training.bert.attention import block_diagonal_mask
 
     generator = torch.Generator(device=device).manual_seed(0)
@@ -281,10 +282,29 @@ def check(device: torch.device, heads: int = 2, dim: int = 64) -> dict[str, floa
             for i, name in enumerate(("dq", "dk", "dv")):
                 errors[name] = _error(fast.grad[:, i], slow.grad[:, i])
         else:
-            lhs = (got.detach().float() * grad).sum()
-            rhs = (fast[:, 2].detach().float() * fast.grad[:, 2].float()).sum()
-            errors["dropout identity"] = float((lhs - rhs).abs() / rhs.abs())
+            errors["dropout identity"] = dropout_identity_error(
+                got, grad.bfloat16(), fast[:, 2], fast.grad[:, 2], cu
+            )
     return errors
+
+
+# The identity below in bf16: O and dV are rounded to bf16 (2^-9 relative each, random in sign), which leaves
+# each sequence's and head's sums apart by a few 2^-9 of their size; a backward that drops other elements
+# than its forward leaves them apart by a sizeable fraction (a third or more at dropout 0.1).
+IDENTITY_TOLERANCE = 2**-5
+
+
+def dropout_identity_error(out, dout, v, dv, cu_seqlens) -> float:
+    """For attention with dropout, O = P_dropped V within each sequence and head, so there
+    <O, dO> = <V, dV> when the backward drops what the forward dropped: the relative distance (norm-wise)
+    between those two sums over every (sequence, head). All (tokens, heads, dim); `cu_seqlens` int32."""
+    lengths = cu_seqlens.diff().long()
+    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=out.device), lengths)
+    sums = []
+    for a, b in ((out, dout), (v, dv)):
+        per_token = (a.detach().double() * b.detach().double()).sum(-1)  # (tokens, heads)
+        sums.append(per_token.new_zeros(len(lengths), per_token.shape[1]).index_add_(0, sequence, per_token))
+    return float((sums[0] - sums[1]).norm() / sums[0].norm())
 
 
 def _error(got: torch.Tensor, want: torch.Tensor) -> float:
