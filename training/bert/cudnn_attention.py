@@ -290,7 +290,7 @@ def check(device: torch.device, heads: int = 2, dim: int = 64) -> dict[str, floa
 
 # The identity below in bf16: O and dV are rounded to bf16 (2^-9 relative each, random in sign), which leaves
 # each sequence's and head's sums apart by a few 2^-9 of their size; a backward that drops other elements
-# than its forward leaves them apart by a sizeable fraction (a quarter or more at dropout 0.1).
+# than its forward leaves them apart by a sizeable fraction of their size.
 IDENTITY_TOLERANCE = 2**-5
 
 
