@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Activation offloading (CPU_OFFLOADING_NUM_LAYERS) against recomputation, the one-GPU Llama 2 70B LoRA
+# Activation offloading (ACTIVATION_OFFLOAD_LAYERS) against recomputation, the one-GPU Llama 2 70B LoRA
 # config's mode (config_H200_1x1x8.sh: native FP8, frozen weights and SwiGLU inputs in FP8), one call:
 #   a GPU with 120 GB or more (an H200): all 80 blocks, the config as shipped (ACL=24: 24 blocks recomputed)
-#     against the same 24 blocks offloaded instead (ACL=0 CPU_OFFLOADING_NUM_LAYERS=24);
+#     against the same 24 blocks offloaded instead (ACL=0 ACTIVATION_OFFLOAD_LAYERS=24);
 #   a smaller one (an H100): LAYERS blocks (40), the last 8 kept on the GPU, the others recomputed (the
 #     reference) against OFFLOAD of them (16) offloaded instead, and (KEEP=1, the default) kept on the GPU
 #     instead (what offloading would reach with copies for free).
@@ -14,11 +14,14 @@ export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 config=configs/llama2_70b_lora/config_H200_1x1x8.sh
 memory_gib="$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)')"
 if ((memory_gib >= 120)); then
-  args=(--layers 80 --reference 'shipped: ACL=24' --variant 'offload24: ACL=0 CPU_OFFLOADING_NUM_LAYERS=24')
+  args=(--layers 80 --reference 'shipped: ACL=24' --variant 'offload24: ACL=0 ACTIVATION_OFFLOAD_LAYERS=24')
 else
   layers="${LAYERS:-40}" moved="${OFFLOAD:-16}"
+  [[ ${layers} =~ ^[0-9]+$ ]] || { echo "offload_gpu.sh: LAYERS=${layers} is not a whole number" >&2; exit 2; }
+  [[ ${moved} =~ ^[0-9]+$ ]] || { echo "offload_gpu.sh: OFFLOAD=${moved} is not a whole number" >&2; exit 2; }
+  ((layers >= moved + 8)) || { echo "offload_gpu.sh: LAYERS=${layers} must be OFFLOAD=${moved} + 8 or more" >&2; exit 2; }
   recomputed=$((layers - 8)) rest=$((layers - 8 - moved))
-  variants="offload${moved}: ACL=${rest} CPU_OFFLOADING_NUM_LAYERS=${moved}"
+  variants="offload${moved}: ACL=${rest} ACTIVATION_OFFLOAD_LAYERS=${moved}"
   [[ ${KEEP:-1} == 1 ]] && variants+="; keep$((layers - rest)): ACL=${rest}"
   args=(--layers "${layers}" --reference "recompute${recomputed}: ACL=${recomputed}" --variant "${variants}")
 fi

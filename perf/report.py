@@ -258,7 +258,7 @@ HEADLINE = (
     ),
     Pick(
         f"{LORA}, 24 of 80 blocks in the one-H200 config's mode, 12 blocks' saved activations in host memory "
-        "(`CPU_OFFLOADING_NUM_LAYERS=12`) instead of recomputed; 4 recomputed, 8 kept",
+        "(`ACTIVATION_OFFLOAD_LAYERS=12`) instead of recomputed; 4 recomputed, 8 kept",
         f"{DAY4}/bench_lora_24blocks_h100_offload.json",
         "offload12",
         "recompute16",

@@ -257,7 +257,7 @@ def rope(model: Llama, seq: int):
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("recomputed,offloaded", [(0, 1), (0, 2), (1, 1)])
 def test_offloaded_blocks_give_the_same_loss_and_gradients(checkpoint, compiled, recomputed, offloaded):
-    """CPU_OFFLOADING_NUM_LAYERS: the blocks after the recomputed ones keep what their forward saves in host
+    """ACTIVATION_OFFLOAD_LAYERS: the blocks after the recomputed ones keep what their forward saves in host
     memory (here host tensors, every size), eager and with their parts compiled, the block after them (if
     any) starting the copies back: the loss and the adapters' gradients of two steps equal those of the
     blocks kept as they are, bit for bit (the copies are exact)."""

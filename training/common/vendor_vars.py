@@ -318,7 +318,8 @@ ROWS: list[VendorVar] = [
         LLAMA,
     ),
     *_na(
-        "NeMo's activation offloading to the CPU; not implemented here",
+        "NeMo's activation offloading to the CPU, on any number of GPUs; ours is one GPU's "
+        "ACTIVATION_OFFLOAD_LAYERS",
         "CPU_OFFLOADING CPU_OFFLOADING_DOUBLE_BUFFERING CPU_OFFLOADING_NUM_LAYERS",
         LLAMA,
     ),

@@ -1,7 +1,8 @@
-"""Activation offloading for the Llama blocks (`CPU_OFFLOADING_NUM_LAYERS`, NeMo's and Megatron's name): what
-an offloaded block's forward saves for its backward goes to pinned host memory while the forward moves on,
-and comes back while the block after it runs its backward. The block neither keeps those tensors on the
-GPU (memory) nor recomputes them (time); the copies run on a stream of their own, beside the compute.
+"""Activation offloading for the Llama blocks (`ACTIVATION_OFFLOAD_LAYERS`; NeMo's `CPU_OFFLOADING`
+switches, which vendor configs set for several GPUs, stay theirs): what an offloaded block's forward saves
+for its backward goes to pinned host memory while the forward moves on, and comes back while the block
+after it runs its backward. The block neither keeps those tensors on the GPU (memory) nor recomputes them
+(time); the copies run on a stream of their own, beside the compute.
 
 How (`saved_tensors_hooks` around the block's forward, in its eager wrapper `checkpointing.Checkpointed`):
 - pack: a saved tensor of at least `MIN_BYTES`, dense (its strides those of `empty_like`), and not

@@ -240,7 +240,7 @@ def apply_features(
     tensor = apply_tp(model, mesh)
     if features.offload_layers and mesh is not None and mesh.size() > 1:
         raise ValueError(
-            f"CPU_OFFLOADING_NUM_LAYERS={features.offload_layers} is built for one GPU only "
+            f"ACTIVATION_OFFLOAD_LAYERS={features.offload_layers} is built for one GPU only "
             f"(this layout has {mesh.size()}); set it to 0"
         )
     checkpointed = apply_activation_checkpointing(

@@ -127,10 +127,10 @@ class LoraConfig(LlamaRunSettings):
         help="with ACTIVATION_CHECKPOINTING: recompute all but the attention kernel (0.13-0.28 GiB a block)",
     )
     offload_layers: int = var(
-        "CPU_OFFLOADING_NUM_LAYERS",
+        "ACTIVATION_OFFLOAD_LAYERS",
         0,
         help="one GPU: the blocks after the ACL recomputed ones keep what their forward saves for the "
-        "backward in pinned host memory, copied out and back beside the compute (NeMo's name)",
+        "backward in pinned host memory, copied out and back beside the compute",
         bounds=">= 0",
     )
     warmup: bool = var(
@@ -152,7 +152,7 @@ class LoraConfig(LlamaRunSettings):
             problems.append(f"ACL={self.checkpoint_layers} needs ACTIVATION_CHECKPOINTING=1")
         if self.offload_layers and self.world_size() > 1:
             problems.append(
-                f"CPU_OFFLOADING_NUM_LAYERS={self.offload_layers} is built for one GPU; this config has "
+                f"ACTIVATION_OFFLOAD_LAYERS={self.offload_layers} is built for one GPU; this config has "
                 f"DGXNNODES x DGXNGPU = {self.world_size()} (set it to 0)"
             )
         if self.keep_attention and not self.activation_checkpointing:
