@@ -190,7 +190,7 @@ def bert_plans() -> None:
     step()
     results = []
     timed(results, "as built (each graph's first plan that builds)", step, useful)
-    segments = cu.numel() - 1 + (-(cu.numel() - 1) % cudnn_attention.SEGMENTS_ROUND)
+    segments = cudnn_attention.padded_segments(cu.numel() - 1)
     built = cudnn_attention._graphs(segments, SEQ, heads, dim, ROWS * SEQ, 0.1, dev.index or 0)
     for which, (graph, _) in zip(("forward", "backward"), built):
         first = None  # the plan the op runs: the first that builds

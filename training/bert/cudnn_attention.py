@@ -207,13 +207,18 @@ def _backward(ctx, dout, *_):
 ragged_fwd.register_autograd(_backward, setup_context=_setup)
 
 
+def padded_segments(segments: int) -> int:
+    """The ragged batch's entries for `segments` sequences and padding runs: a multiple of SEGMENTS_ROUND."""
+    return segments + -segments % SEGMENTS_ROUND
+
+
 def ragged_attention(
     qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, dropout_p: float
 ) -> torch.Tensor:
     """Attention within each of the sequences `cu_seqlens` (int32, from 0 to the token count) marks in the
     flattened rows of `qkv` (tokens, 3, heads, dim), with attention dropout: (tokens, heads, dim)."""
     _, _, heads, dim = qkv.shape
-    extra = -(cu_seqlens.numel() - 1) % SEGMENTS_ROUND
+    extra = padded_segments(cu_seqlens.numel() - 1) - (cu_seqlens.numel() - 1)
     if extra:
         cu_seqlens = torch.cat([cu_seqlens, cu_seqlens[-1:].expand(extra)])
     starts = cu_seqlens.to(torch.int64)
