@@ -7,7 +7,8 @@
 #     reference) against OFFLOAD of them (16) offloaded instead, and (KEEP=1, the default) kept on the GPU
 #     instead (what offloading would reach with copies for free).
 # Each variant's losses are compared with the reference's (perf/lib/parity.py). Prints the table last; the
-# JSON and log go under $OUT. Usage (repo root): OUT=/some/dir [LAYERS=40 OFFLOAD=16 KEEP=1 STEPS=6] bash perf/offload_gpu.sh
+# JSON and log go under $OUT, with the host link's measured rate each way (host_link.txt).
+# Usage (repo root): OUT=/some/dir [LAYERS=40 OFFLOAD=16 KEEP=1 STEPS=6] bash perf/offload_gpu.sh
 set -euo pipefail
 out="${OUT:?set OUT to a folder for the results}"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -25,6 +26,21 @@ else
   [[ ${KEEP:-1} == 1 ]] && variants+="; keep$((layers - rest)): ACL=${rest}"
   args=(--layers "${layers}" --reference "recompute${recomputed}: ACL=${recomputed}" --variant "${variants}")
 fi
+# The host link's rate each way, pinned memory (what the offloaded blocks' copies run at, at best).
+python3 - <<'PY' | tee "${out}/host_link.txt"
+import torch
+gpu = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+host = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()
+for name, dst, src in (("device to host", host, gpu), ("host to device", gpu, host)):
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        dst.copy_(src, non_blocking=True)
+    end.record()
+    end.synchronize()
+    print(f"host link, {name}: {5 * (1 << 30) / start.elapsed_time(end) / 1e6:.1f} GB/s (1 GiB pinned copies)")
+PY
 status=0
 OUT="${out}" python3 -m perf.bench_lora --config "${config}" "${args[@]}" --peer none --steps "${STEPS:-6}" \
   --warmup 2 > "${out}/bench_lora_offload.log" 2>&1 || status=$?
