@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up ./.venv on first use, then lints and runs every test tier that needs no GPU.
-#   ./test.sh              every tier but the demo tier (18 to 23 minutes on 2 cores from a clean clone)
+#   ./test.sh              every tier but the demo tier (18 to 24 minutes on 2 cores from a clean clone)
 #   ./test.sh -m "not slow"   the fast tiers only; other arguments go to pytest
 #   ./test.sh -m demo      the demo tier alone: what only repeats a path the other tiers run (the CPU demos'
 #                          and podman's second runs, NEXP=2, and the walk-through's 8B demo run); pyproject.toml's
