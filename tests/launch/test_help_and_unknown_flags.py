@@ -50,15 +50,19 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
     }
 
 
-def checkout_state() -> str:
-    """The checkout's untracked and ignored files (a new .venv, demo/ or results/ shows here)."""
-    return subprocess.run(
+def checkout_state() -> list[str]:
+    """The checkout's untracked and ignored files (a new .venv, demo/ or results/ shows here).
+
+    Python's bytecode caches are left out: any import writes them, this script's or another test
+    worker's at the same moment, and they are not something a command made."""
+    listing = subprocess.run(
         ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    return [line for line in listing.splitlines() if "/__pycache__/" not in f"/{line[3:]}"]
 
 
 @pytest.fixture
