@@ -6,9 +6,9 @@
 - each worker and what it starts compute on one thread (OMP_NUM_THREADS=1): the workers already keep the
   cores busy, and two OpenMP threads of these tiny shapes on a core another process wants run many times
   slower than one;
-- the files holding a `slow` test (20 s or more) are handed out first (test.sh keeps this order:
-  `--no-loadscope-reorder`, where xdist would hand out the files with the most tests first), so that the
-  longest ones do not end the session with one worker busy and the other idle."""
+- the files holding a `slow` test are handed out first (test.sh keeps this order: `--no-loadscope-reorder`,
+  where xdist would hand out the files with the most tests first), so that the longest ones do not end the
+  session with one worker busy and the other idle."""
 
 from __future__ import annotations
 

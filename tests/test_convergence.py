@@ -80,7 +80,6 @@ def test_bad_inputs_are_named_and_nothing_is_overwritten(tmp_path, capsys):
     assert (tmp_path / "out" / "keep.log").read_text() == "an earlier check"
 
 
-@pytest.mark.slow
 def test_a_run_that_stops_on_an_error_stops_the_check(tmp_path):
     """A data error is not "did not converge": the check stops on it, naming the run's log and the error,
     with several runs at once too (`--jobs`)."""

@@ -15,7 +15,6 @@ from tests.llama.helpers import subprocess_env
 pytest.importorskip("transformers")
 
 
-@pytest.mark.slow
 def test_bench_tiny_runs_both_models_and_writes_json(tmp_path):
     """Both models with two micro-batches per optimizer step (`--accum 2`), recorded in the JSON."""
     cmd = [

@@ -44,7 +44,6 @@ def test_features_off_are_no_ops():
     assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
 
 
-@pytest.mark.slow
 def test_activation_checkpointing_and_compile_keep_the_numbers():
     loss, grads = loss_and_grads(fresh())
     model = fresh()
@@ -61,7 +60,6 @@ def test_activation_checkpointing_and_compile_keep_the_numbers():
         torch.testing.assert_close(grads2[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.slow
 def test_fp8_blocks_compile_inside_their_checkpoint_and_keep_the_numbers():
     """With FP8 on, a checkpointed block compiles its forward inside the eager checkpoint (compiled with the
     checkpoint, our FP8 functions' saved tensors were kept, not recomputed: seen on GPUs); the others whole.

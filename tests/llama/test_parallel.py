@@ -111,7 +111,6 @@ def test_native_fp8_under_tensor_parallelism_gives_the_single_process_gradients(
         assert err < 0.1, f"{name}: relative error {err:.3f}"
 
 
-@pytest.mark.slow
 def test_native_fp8_all_gather_trains_as_the_bf16_gather(tmp_path):
     """FSDP2 over 2 processes with native FP8 linears: all-gathering the weights in FP8 (each shard cast with
     the scale of the whole weight's amax, the gathered codes unpacked from the weight's bytes) gives the same

@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from tests.llama.helpers import ROOT, no_fp8_backend, subprocess_env
 from training.llama31_8b.preflight import check
 
@@ -60,7 +58,6 @@ def run_preflight(env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
 def test_the_preflight_runs_the_benchmarks_check_and_the_tables_data_verifier(demo_data, tmp_path):
     """`python -m training.preflight` for BENCHMARK=llama31_8b: the doctor's report for this benchmark, its
     check, then `python -m input_preprocessing.llama31_8b.verify DATADIR --preflight` on the run's files."""

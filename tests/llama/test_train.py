@@ -72,7 +72,6 @@ def mllog(log: Path) -> list[dict]:
     ]
 
 
-@pytest.mark.slow
 def test_cpu_default_converges_and_its_log_passes_the_checker(tmp_path, demo_data):
     proc, log = run_train(tmp_path, demo_data, TARGET="6.8", MAX_SAMPLES_TERMINATION="2048")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -127,7 +126,6 @@ def test_cpu_default_converges_and_its_log_passes_the_checker(tmp_path, demo_dat
     assert ok and lines[-1].endswith("(training_5.1.0)"), "\n".join(lines)
 
 
-@pytest.mark.slow
 def test_not_converging_ends_aborted(tmp_path, demo_data):
     proc, log = run_train(tmp_path, demo_data, TARGET="1.0", MAX_SAMPLES_TERMINATION="512")
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -163,7 +161,6 @@ def one_process_run(tmp_path_factory, demo_data) -> tuple[subprocess.CompletedPr
     return run_train(tmp_path_factory.mktemp("one"), demo_data, **TWO_PROCESS_CHECK)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("parallelism", [{}, {"PP": "2"}], ids=["fsdp2", "pipeline2"])
 def test_two_process_run_evaluates_like_one_process(tmp_path, demo_data, one_process_run, parallelism):
     """The whole trainer under torchrun with 2 gloo ranks (FSDP2 with an uneven eval split, or two pipeline

@@ -149,7 +149,6 @@ def test_memory_step_places_the_peak_between_two_marks(monkeypatch):
     assert got["forward_peak_gib"] == 5
 
 
-@pytest.mark.slow
 def test_curve_sharded_over_two_processes_is_the_one_process_curve(tmp_path):
     """`perf/curve_parity.py lora` under torchrun: every variant sharded by FSDP2 over the processes, each
     training the same row, traces one process's curves: ours in bf16 and native FP8 with the frozen base

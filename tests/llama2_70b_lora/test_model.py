@@ -99,7 +99,6 @@ def test_a_trained_adapter_equals_its_merged_weight(checkpoint):
     torch.testing.assert_close(merged, adapted, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("keep_attention", [False, True])
 @pytest.mark.parametrize("compiled", ["eager", "inside", "whole"])
 def test_a_recomputed_block_drops_what_its_forward_dropped(checkpoint, compiled, keep_attention, monkeypatch):

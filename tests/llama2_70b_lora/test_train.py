@@ -149,7 +149,6 @@ def test_fsdp2_over_two_processes_trains_as_one(datadir, tmp_path):
     assert backends["backend_activation_checkpointing"].startswith("recompute but the attention kernel")
 
 
-@pytest.mark.slow
 def test_frozen_base_stored_as_fp8_shards_trains_as_the_fp8_all_gather(datadir, tmp_path):
     """FP8_WEIGHTS=1 under FSDP2 (2 processes): each frozen weight's shard becomes its e4m3 codes, cast with
     the whole weight's scale, and is all-gathered as it is; FP8_PARAM_GATHER=1 casts the bf16 shard with

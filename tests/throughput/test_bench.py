@@ -15,7 +15,6 @@ from tests.throughput.test_command import env
 from training.common.config import ConfigError
 
 
-@pytest.mark.slow
 def test_bench_tiny_runs_and_writes_json(tmp_path):
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     bench = ["-m", "perf.bench_throughput", "--tiny", "--steps", "2", "--warmup", "1", "--no-compile"]

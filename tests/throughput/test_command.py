@@ -94,7 +94,6 @@ def test_llama_with_fp8_on_two_processes(tmp_path):
     assert "TFLOP/s/process (AMD's: 6 x matrices" in proc.stdout
 
 
-@pytest.mark.slow
 def test_reducing_gradients_every_iteration_or_once_per_step_trains_alike(tmp_path):
     config = tmp_path / "tiny-llama.json"
     config.write_text(json.dumps({"name": "tiny Llama", **TINY}))
